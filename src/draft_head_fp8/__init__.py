@@ -1,0 +1,37 @@
+"""draft-head-fp8: serve only the speculative draft model's LM head in FP8 inside vLLM, prove at
+start-up that exactly that happened, and keep every boot's proof in a write-once archive.
+
+Importing the package loads neither torch nor vLLM: the policy and receipt tooling run anywhere.
+"""
+
+from draft_head_fp8.policy import (
+    EXPECTED_METHOD,
+    EXPECTED_ONLINE_SPEC,
+    EXPERIMENT_ENV,
+    Eligibility,
+    HeadFp8EligibilityError,
+    eligibility,
+    env_enabled,
+    select_draft_head_method,
+)
+from draft_head_fp8.receipt import (
+    make_runtime_receipt,
+    validate_post_share_receipt,
+    write_runtime_receipt,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EXPERIMENT_ENV",
+    "EXPECTED_ONLINE_SPEC",
+    "EXPECTED_METHOD",
+    "HeadFp8EligibilityError",
+    "Eligibility",
+    "env_enabled",
+    "eligibility",
+    "select_draft_head_method",
+    "make_runtime_receipt",
+    "validate_post_share_receipt",
+    "write_runtime_receipt",
+]

@@ -1,0 +1,172 @@
+"""Mechanism: the torch work. Per-tensor FP8 quantization of a head, finiteness and scale checks,
+hashing of tensor bytes. Everything streams over the tensor in bounded pieces: a 262144 x 1024 head
+is never converted whole (a float32 copy of it would be 1 GiB).
+
+torch is imported inside the functions so that importing this module, like the package, stays free
+of torch; callers that reach these functions already hold tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+FP8_E4M3_MAX = 448.0
+# At most this many elements are converted (to float32) at a time: 4 Mi x 4 B = 16 MiB.
+CHUNK_ELEMENTS = 4 * 1024 * 1024
+# Bytes copied off an accelerator per hashing step.
+_HASH_CHUNK_BYTES = 64 * 1024 * 1024
+
+
+class NonFiniteHeadError(ValueError):
+    """The head to quantize holds NaN or inf: its FP8 copy would be garbage."""
+
+
+@dataclass(frozen=True)
+class QuantizedHead:
+    weight: Any  # float8_e4m3fn, [vocab, hidden], contiguous (callers store its .t(): [hidden, vocab])
+    scale: Any  # float32, shape [1]: amax / 448
+    amax: float
+    row_amax_max: float
+    row_amax_median: float
+
+    @property
+    def row_amax_ratio(self) -> float:
+        # How much a per-tensor scale costs the typical row: the median row uses only
+        # 1/ratio of the FP8 range the largest row sets.
+        return self.row_amax_max / self.row_amax_median if self.row_amax_median > 0 else float("inf")
+
+
+def _rows_per_chunk(tensor: Any) -> int:
+    width = max(1, tensor[0].numel()) if tensor.dim() > 1 and tensor.shape[0] else 1
+    return max(1, CHUNK_ELEMENTS // width)
+
+
+def quantize_per_tensor(weight: Any) -> QuantizedHead:
+    """Round-to-nearest, saturating per-tensor FP8 (e4m3fn) of a 2-D ``[vocab, hidden]`` weight.
+
+    Two streaming passes over the source: per-row amax (which also catches NaN/inf, since
+    ``aminmax`` propagates them), then quantization, at most ``CHUNK_ELEMENTS`` in float32 at once.
+    Only torch ops that exist on every backend: no CUDA-only kernels.
+    """
+    import torch
+
+    if weight.dim() != 2:
+        raise ValueError(f"head weight must be 2-D [vocab, hidden], got shape {list(weight.shape)}")
+    if weight.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"head weight must be bf16/fp16/fp32 before quantization, got {weight.dtype}")
+    vocab = weight.shape[0]
+    step = _rows_per_chunk(weight)
+    row_amax = torch.empty(vocab, dtype=torch.float32, device=weight.device)
+    for start in range(0, vocab, step):
+        lo, hi = weight[start : start + step].aminmax(dim=1)
+        torch.maximum(lo.abs(), hi.abs(), out=hi)
+        row_amax[start : start + step] = hi
+    amax_t = row_amax.max()
+    amax = float(amax_t)
+    if not torch.isfinite(amax_t):
+        bad = int((~torch.isfinite(row_amax)).nonzero()[0])
+        raise NonFiniteHeadError(
+            f"head weight holds NaN or inf (first in row {bad}); refusing to quantize it to FP8"
+        )
+    if amax == 0.0:
+        raise NonFiniteHeadError("head weight is all zeros: its FP8 scale would be 0")
+    # A 0-d float32 divisor keeps true division, as vLLM's own quantizers do.
+    scale = (amax_t.to(torch.float32) / torch.tensor(FP8_E4M3_MAX, device=weight.device)).reshape(1)
+    out = torch.empty(weight.shape, dtype=torch.float8_e4m3fn, device=weight.device)
+    for start in range(0, vocab, step):
+        piece = weight[start : start + step].to(torch.float32)
+        piece.div_(scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+        out[start : start + step].copy_(piece)
+    return QuantizedHead(
+        weight=out,
+        scale=scale,
+        amax=amax,
+        row_amax_max=amax,
+        row_amax_median=float(row_amax.median()),
+    )
+
+
+def _flat_storage_view(tensor: Any) -> Any | None:
+    """A 1-D view over exactly the tensor's elements when they are dense in memory in some order
+    (contiguous, or a permutation such as the transposed FP8 head); None otherwise."""
+    if tensor.is_contiguous():
+        return tensor.reshape(-1)
+    order = sorted(range(tensor.dim()), key=lambda d: tensor.stride(d), reverse=True)
+    permuted = tensor.permute(order)
+    return permuted.reshape(-1) if permuted.is_contiguous() else None
+
+
+def _pieces(tensor: Any, *, in_place: bool = False):
+    """The tensor's elements, a bounded piece at a time, without copying when memory is dense.
+
+    ``in_place``: the caller only reduces (allocates and converts nothing), so dense memory is
+    handed over whole; splitting it would only add per-call overhead.
+    """
+    flat = _flat_storage_view(tensor)
+    if flat is not None:
+        step = flat.numel() if in_place else CHUNK_ELEMENTS
+        for start in range(0, flat.numel(), max(1, step)):
+            yield flat[start : start + step]
+        return
+    rows = tensor if tensor.dim() > 1 else tensor.reshape(1, -1)
+    step = _rows_per_chunk(rows)
+    for start in range(0, rows.shape[0], step):
+        yield rows[start : start + step].reshape(-1)
+
+
+def is_finite(tensor: Any) -> bool:
+    """No NaN and no inf anywhere in ``tensor``, checked without a float32 copy of it."""
+    import torch
+
+    if tensor.numel() == 0 or not (tensor.is_floating_point() or tensor.is_complex()):
+        return True
+    if tensor.dtype == torch.float8_e4m3fn:
+        # e4m3fn has no inf; NaN is S.1111.111, i.e. byte 0x7F or 0xFF. Over the raw bytes, 0xFF
+        # is the unsigned maximum and 0x7F the signed one: two plain reductions, no conversion.
+        for piece in _pieces(tensor, in_place=True):
+            raw = piece.view(torch.uint8)
+            if int(raw.max()) == 0xFF or int(raw.view(torch.int8).max()) == 0x7F:
+                return False
+        return True
+    for piece in _pieces(tensor, in_place=tensor.dtype != torch.float8_e5m2):
+        if piece.is_complex():
+            piece = torch.view_as_real(piece)
+        # min and max propagate NaN, and inf is an extreme: one pass, nothing allocated.
+        lo, hi = piece.aminmax() if piece.dtype != torch.float8_e5m2 else piece.float().aminmax()
+        if not (bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))):
+            return False
+    return True
+
+
+def is_positive_scalar(tensor: Any) -> bool:
+    """Exactly one element, finite and > 0: the only usable per-tensor scale."""
+    import math
+
+    if tensor.numel() != 1:
+        return False
+    value = float(tensor.reshape(-1)[:1].float()[0])
+    return math.isfinite(value) and value > 0
+
+
+def tensor_sha256(tensor: Any, *, rows: int | None = None) -> str:
+    """SHA-256 of the tensor's bytes in row-major order (of its first ``rows`` rows if given).
+
+    Reads CPU tensors in place; copies accelerator tensors to host a bounded piece at a time.
+    """
+    import torch
+
+    if rows is not None:
+        tensor = tensor[:rows]
+    digest = hashlib.sha256()
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()  # rare here (heads are contiguous [vocab, hidden])
+    flat = tensor.reshape(-1).view(torch.uint8)
+    step = _HASH_CHUNK_BYTES
+    for start in range(0, flat.numel(), step):
+        piece = flat[start : start + step]
+        if piece.device.type != "cpu":
+            piece = piece.cpu()
+        digest.update(memoryview(piece.numpy()))
+    return digest.hexdigest()

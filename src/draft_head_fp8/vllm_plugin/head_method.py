@@ -1,0 +1,124 @@
+"""The FP8 head method: a vLLM quant method for the draft's ``ParallelLMHead`` only.
+
+It is vLLM's online per-tensor FP8 scheme (scale = amax / 448, weight float8_e4m3fn stored
+transposed ``[hidden, vocab]``, matmul through vLLM's own FP8 kernel selection) with three
+differences that the draft head needs:
+
+- the head keeps its tie to the draft embedding until loading is done, because vLLM never loads
+  ``lm_head.weight`` for this drafter: the embedding's bytes are the head's only source;
+- quantization is pure torch and bounded in memory, so it runs on the CPU wheel (whose
+  ``scaled_fp8_quant`` ops are placeholders) and on CUDA alike;
+- the FP8 weight is a new, private Parameter: the BF16 tensor it was made from, which becomes the
+  target's embedding after sharing, is never written.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch.nn import Parameter
+
+from vllm.config import get_current_vllm_config
+from vllm.model_executor.kernels.linear import init_fp8_linear_kernel
+from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
+from vllm.model_executor.layers.quantization.online.fp8 import Fp8PerTensorOnlineLinearMethod
+from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
+
+from draft_head_fp8.fp8 import quantize_per_tensor, tensor_sha256
+from draft_head_fp8.policy import HeadFp8EligibilityError
+
+
+class DraftHeadFp8LinearMethod(QuantizeMethodBase):
+    """Per-tensor FP8 for the draft LM head. Reports itself under its own name in receipts."""
+
+    # Same activation quantization as vLLM's online per-tensor method, so the same kernel is chosen.
+    activation_quant_key = Fp8PerTensorOnlineLinearMethod.activation_quant_key
+    weight_quant_key = kFp8StaticTensorSym
+
+    def __init__(self) -> None:
+        self.input_dtype = get_current_vllm_config().model_config.dtype
+        self.out_dtype = torch.get_default_dtype()
+        self.fp8_linear: Any = None
+        # Where the head's bytes must come from; set by the drafter before loading.
+        self.checkpoint_source: Any = None  # callable -> {"sha256", "file", "tensor", ...}
+        self.diagnostics: dict[str, Any] = {}
+
+    def install(self, head: torch.nn.Module) -> None:
+        """Take over a constructed, tied ``ParallelLMHead``: choose the FP8 kernel for its shape.
+
+        The weight stays the tied BF16 embedding Parameter until ``process_weights_after_loading``.
+        """
+        self.fp8_linear = init_fp8_linear_kernel(
+            activation_quant_key=self.activation_quant_key,
+            weight_quant_key=self.weight_quant_key,
+            weight_shape=tuple(head.weight.shape),
+            input_dtype=self.input_dtype,
+            out_dtype=self.out_dtype,
+            module_name=type(self).__name__,
+        )
+        head.quant_method = self
+
+    def create_weights(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(
+            "DraftHeadFp8LinearMethod is installed on an existing tied head (install()), "
+            "not used to create one"
+        )
+
+    @torch.no_grad()
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        if getattr(layer, "_draft_head_fp8_done", False):
+            return
+        source = layer.weight
+        if source.device.type == "meta":
+            raise HeadFp8EligibilityError(
+                "draft head weight was never loaded (still on the meta device): refusing to "
+                "quantize uninitialised memory"
+            )
+        started = time.perf_counter()
+        vocab = int(getattr(layer, "org_vocab_size", source.shape[0]))
+        source_sha256 = tensor_sha256(source, rows=vocab)
+        hashed = time.perf_counter()
+        checkpoint = self.checkpoint_source() if self.checkpoint_source else None
+        if checkpoint is not None and checkpoint["sha256"] != source_sha256:
+            raise HeadFp8EligibilityError(
+                "draft head bytes do not match the assistant checkpoint's "
+                f"{checkpoint['tensor']} ({checkpoint['file']}): sha256 {source_sha256} != "
+                f"{checkpoint['sha256']}; the head would be quantised from something else"
+            )
+        checked = time.perf_counter()
+        quantized = quantize_per_tensor(source)
+        # A new Parameter, never a copy into the old one: the BF16 source is the draft embedding,
+        # which the proposer hands to nothing but will be replaced by the target's; either way
+        # its bytes stay as loaded.
+        layer.weight = Parameter(quantized.weight.t(), requires_grad=False)
+        layer.weight_scale = Parameter(quantized.scale, requires_grad=False)
+        layer.input_scale = None
+        self.fp8_linear.process_weights_after_loading(layer)
+        layer._draft_head_fp8_done = True
+        done = time.perf_counter()
+        self.diagnostics = {
+            "source_dtype": str(source.dtype),
+            "source_shape": [int(d) for d in source.shape],
+            "source_rows_hashed": vocab,
+            "source_sha256": source_sha256,
+            "checkpoint": checkpoint,
+            "provenance_verified": checkpoint is not None,
+            "amax": quantized.amax,
+            "scale": float(quantized.scale[0]),
+            "row_amax_max": quantized.row_amax_max,
+            "row_amax_median": quantized.row_amax_median,
+            "row_amax_ratio": quantized.row_amax_ratio,
+            "seconds": {
+                "hash_source": round(hashed - started, 6),
+                "hash_checkpoint": round(checked - hashed, 6),
+                "quantize": round(done - checked, 6),
+            },
+        }
+
+    def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return self.fp8_linear.apply_weights(layer, x, bias)
+
+    def embedding(self, layer: torch.nn.Module, input_: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("the FP8 draft head is an LM head, not an input embedding")
