@@ -21,13 +21,52 @@ import torch
 from torch.nn import Parameter
 
 from vllm.config import get_current_vllm_config
-from vllm.model_executor.kernels.linear import init_fp8_linear_kernel
+from vllm.model_executor.kernels.linear import (
+    _POSSIBLE_FP8_KERNELS,
+    choose_scaled_mm_linear_kernel,
+    init_fp8_linear_kernel,
+)
+from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
+    FP8ScaledMMLinearLayerConfig,
+)
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 from vllm.model_executor.layers.quantization.online.fp8 import Fp8PerTensorOnlineLinearMethod
 from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
+from vllm.platforms import current_platform
 
 from draft_head_fp8.fp8 import quantize_per_tensor, tensor_sha256
 from draft_head_fp8.policy import HeadFp8EligibilityError
+
+
+# vLLM's FP8 kernels whose processed weight stays the plain FP8 [hidden, vocab] matrix with one
+# [1] scale (their process_weights_after_loading does nothing, or pads only dims that are not a
+# multiple of 16). Others repack it (the CPU AMX kernel into VNNI tiles with a block scale, Marlin,
+# ...), and the receipt could no longer prove shape, dtype and scale. Kernels vLLM adds later are
+# left out until someone reads them: the receipt would refuse them anyway.
+LAYOUT_KEEPING_KERNELS = frozenset(
+    {
+        "FlashInferFP8ScaledMMLinearKernel",
+        "CutlassFP8ScaledMMLinearKernel",
+        "PerTensorTorchFP8ScaledMMLinearKernel",
+        "ChannelWiseTorchFP8ScaledMMLinearKernel",
+    }
+)
+
+
+def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig) -> tuple[type, str]:
+    """vLLM's own kernel choice, in vLLM's order of preference, over the layout-keeping kernels.
+
+    Returns the kernel class and the name vLLM would have chosen without the restriction.
+    """
+    platform_kernels = _POSSIBLE_FP8_KERNELS.get(current_platform._enum, [])
+    unrestricted = choose_scaled_mm_linear_kernel(
+        config, _POSSIBLE_FP8_KERNELS, quantization="fp8_w8a8"
+    ).__name__
+    kept = [k for k in platform_kernels if k.__name__ in LAYOUT_KEEPING_KERNELS]
+    chosen = choose_scaled_mm_linear_kernel(
+        config, {current_platform._enum: kept}, quantization="fp8_w8a8"
+    )
+    return chosen, unrestricted
 
 
 class DraftHeadFp8LinearMethod(QuantizeMethodBase):
@@ -41,6 +80,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         self.input_dtype = get_current_vllm_config().model_config.dtype
         self.out_dtype = torch.get_default_dtype()
         self.fp8_linear: Any = None
+        self.vllm_default_kernel: str | None = None
         # Where the head's bytes must come from; set by the drafter before loading.
         self.checkpoint_source: Any = None  # callable -> {"sha256", "file", "tensor", ...}
         self.diagnostics: dict[str, Any] = {}
@@ -50,12 +90,21 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
 
         The weight stays the tied BF16 embedding Parameter until ``process_weights_after_loading``.
         """
+        config = FP8ScaledMMLinearLayerConfig(
+            weight_quant_key=self.weight_quant_key,
+            activation_quant_key=self.activation_quant_key,
+            input_dtype=self.input_dtype,
+            out_dtype=self.out_dtype,
+            weight_shape=tuple(head.weight.shape),
+        )
+        kernel, self.vllm_default_kernel = choose_head_kernel(config)
         self.fp8_linear = init_fp8_linear_kernel(
             activation_quant_key=self.activation_quant_key,
             weight_quant_key=self.weight_quant_key,
             weight_shape=tuple(head.weight.shape),
             input_dtype=self.input_dtype,
             out_dtype=self.out_dtype,
+            force_kernel=kernel,
             module_name=type(self).__name__,
         )
         head.quant_method = self
@@ -110,6 +159,10 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             "row_amax_max": quantized.row_amax_max,
             "row_amax_median": quantized.row_amax_median,
             "row_amax_ratio": quantized.row_amax_ratio,
+            "kernel": type(self.fp8_linear).__name__,
+            # What vLLM would pick for a plain linear of this shape; differs where that kernel
+            # repacks the weight out of the layout the receipt proves (e.g. AMX on CPU).
+            "vllm_default_kernel": self.vllm_default_kernel,
             "seconds": {
                 "hash_source": round(hashed - started, 6),
                 "hash_checkpoint": round(checked - hashed, 6),

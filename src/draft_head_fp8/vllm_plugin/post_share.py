@@ -134,7 +134,7 @@ def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, rank: int)
 
 
 def _archive(receipt: dict, diagnostics: dict, rank: int) -> str:
-    from draft_head_fp8.archive import Archive, default_root
+    from draft_head_fp8.archive import Archive, ArchiveError, default_root
 
     try:
         archive = Archive(os.environ.get("DRAFT_HEAD_FP8_ARCHIVE") or default_root())
@@ -145,7 +145,7 @@ def _archive(receipt: dict, diagnostics: dict, rank: int) -> str:
             (json.dumps(diagnostics, indent=2, sort_keys=True) + "\n").encode("utf-8"),
         )
         boot.seal()
-    except OSError as exc:
+    except (OSError, ArchiveError) as exc:
         # The proof is the product: a boot that cannot keep it does not start.
         raise HeadFp8EligibilityError(
             f"cannot archive the post-share receipt ({exc}); set DRAFT_HEAD_FP8_ARCHIVE to a "
