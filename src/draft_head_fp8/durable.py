@@ -72,17 +72,26 @@ def create_exclusive(path: str | os.PathLike, data: bytes, *, mode: int = 0o644)
     try:
         _write_all(fd, data)
         os.fsync(fd)
-        # link() of /proc/self/fd/N (AT_SYMLINK_FOLLOW) gives the anonymous inode its one name;
-        # EEXIST means someone else won, and nothing of theirs is touched.
-        _link_exclusive(f"/proc/self/fd/{fd}", path)
+        # linkat() of /proc/self/fd/N with AT_SYMLINK_FOLLOW gives the anonymous inode its one
+        # name; EEXIST means someone else won, and nothing of theirs is touched. os.link() only
+        # calls linkat() when given a dir fd: without one it calls link(2), which never follows
+        # the magic link and fails with EXDEV.
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _link_exclusive(f"/proc/self/fd/{fd}", path, dst_dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
     finally:
         os.close(fd)
     fsync_dir(folder)
 
 
-def _link_exclusive(source: str | os.PathLike, path: Path) -> None:
+def _link_exclusive(source: str | os.PathLike, path: Path, *, dst_dir_fd: int | None = None) -> None:
     try:
-        os.link(source, path)
+        if dst_dir_fd is None:
+            os.link(source, path)
+        else:
+            os.link(source, path.name, dst_dir_fd=dst_dir_fd)
     except FileExistsError:
         raise FileExistsError(errno.EEXIST, "already exists, not overwritten", str(path)) from None
 
@@ -109,8 +118,8 @@ def create_exclusive_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o64
     """``create_exclusive`` of the single component ``name`` inside the already-open folder ``dir_fd``.
 
     Callers that opened ``dir_fd`` with ``O_NOFOLLOW`` get a write that no symlink swapped into the
-    path afterwards can redirect. (``/proc/self/fd/N/name`` paths are no substitute: some kernels
-    refuse to link an ``O_TMPFILE`` inode opened through a magic link, with ``EXDEV``.)
+    path afterwards can redirect. The link goes through ``dst_dir_fd`` on purpose: only then does
+    os.link() call linkat() with AT_SYMLINK_FOLLOW, which resolves the /proc magic link.
     """
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"not a single path component: {name!r}")
