@@ -48,6 +48,12 @@ def _call_or_none(fn: Any) -> Any:
         return None
 
 
+def _recorded_fact(value: Any, name: str) -> bool:
+    # An attribute that states the fact, not a method: torch.Tensor has a `positive` method
+    # (torch.positive, the identity), and bool() of a bound method is always True.
+    return hasattr(value, name) and not callable(getattr(value, name, None))
+
+
 def tensor_snapshot(value: Any, *, finite: bool = False, positive_scalar: bool = False) -> dict | None:
     if value is None:
         return None
@@ -61,14 +67,14 @@ def tensor_snapshot(value: Any, *, finite: bool = False, positive_scalar: bool =
     if callable(getattr(value, "numel", None)):
         snapshot["numel"] = _call_or_none(lambda: int(value.numel()))
     if finite:
-        if hasattr(value, "finite"):
+        if _recorded_fact(value, "finite"):
             snapshot["finite"] = bool(value.finite)
         else:
             from draft_head_fp8.fp8 import is_finite
 
             snapshot["finite"] = _call_or_none(lambda: is_finite(value))
     if positive_scalar:
-        if hasattr(value, "positive"):
+        if _recorded_fact(value, "positive"):
             snapshot["positive_scalar"] = bool(value.positive)
         else:
             from draft_head_fp8.fp8 import is_positive_scalar
