@@ -34,6 +34,13 @@ class DraftHeadFp8Gemma4MTP(Gemma4MTP):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         self.head_decision: Any = None
+        try:
+            self._choose_head(vllm_config)
+        except Exception as exc:
+            post_share.announce_refusal(exc)
+            raise
+
+    def _choose_head(self, vllm_config: VllmConfig) -> None:
         draft_config = vllm_config.speculative_config.draft_model_config
         method, decision = select_draft_head_method(
             layer=self.lm_head,

@@ -36,6 +36,7 @@ from vllm.platforms import current_platform
 
 from draft_head_fp8.fp8 import quantize_per_tensor, tensor_sha256
 from draft_head_fp8.policy import HeadFp8EligibilityError
+from draft_head_fp8.vllm_plugin.post_share import announce_refusal
 
 
 # vLLM's FP8 kernels whose processed weight stays the plain FP8 [hidden, vocab] matrix with one
@@ -115,10 +116,17 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             "not used to create one"
         )
 
-    @torch.no_grad()
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         if getattr(layer, "_draft_head_fp8_done", False):
             return
+        try:
+            self._quantize(layer)
+        except Exception as exc:
+            announce_refusal(exc)
+            raise
+
+    @torch.no_grad()
+    def _quantize(self, layer: torch.nn.Module) -> None:
         source = layer.weight
         if source.device.type == "meta":
             raise HeadFp8EligibilityError(

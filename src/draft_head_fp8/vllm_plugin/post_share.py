@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import weakref
 from typing import Any
 
@@ -42,6 +43,12 @@ class _Armed:
     def __init__(self, drafter: torch.nn.Module, vllm_config: Any) -> None:
         self.drafter = weakref.ref(drafter)
         self.rank = int(getattr(vllm_config.parallel_config, "rank", 0) or 0)
+
+
+def announce_refusal(exc: BaseException) -> None:
+    """One line on stderr, whatever vLLM's logging does: vLLM logs to stdout by default, and a
+    refused start must be visible where operators look for errors."""
+    print(f"draft-head-fp8: refusing to start: {exc}", file=sys.stderr, flush=True)
 
 
 def install_hook() -> None:
@@ -75,7 +82,11 @@ def _on_module_registered(parent: torch.nn.Module, name: str, submodule: Any) ->
     # torch sets the attribute right after this hook returns; set it now, to the same module,
     # so that the receipt observes the draft exactly as it will serve.
     parent._modules[name] = submodule
-    _capture(drafter, submodule, armed.rank)
+    try:
+        _capture(drafter, submodule, armed.rank)
+    except Exception as exc:
+        announce_refusal(exc)
+        raise
     _pending.discard(drafter)
     return None
 

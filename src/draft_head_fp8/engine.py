@@ -1,0 +1,225 @@
+"""Run the real vLLM engine once on a target + MTP assistant and report what happened, as JSON.
+
+One engine per process: vLLM loads its plugins once per process, and the plugin reads the flag
+then, so a flag-off and a flag-on run need two processes. The demo and the engine tests start this
+module as a subprocess (``python -m draft_head_fp8.engine ...``) and read the facts it writes.
+
+The worker-side functions are module-level so that ``LLM.collective_rpc`` can send them to vLLM's
+worker processes in multiprocess mode too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PROMPTS = [
+    "The quick brown fox",
+    "def main():",
+    "Return a new list containing",
+    "This module provides",
+]
+
+# Fast, stable CPU engines (see shared notes): one OpenMP thread avoids 20-90x oversubscription
+# slowdowns on small machines; no thread pinning.
+CPU_ENGINE_ENV = {
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def _runner(worker: Any) -> Any:
+    return getattr(worker, "worker", worker).model_runner
+
+
+def _language_model(target: Any) -> Any:
+    get = getattr(target, "get_language_model", None)
+    return get() if callable(get) else target
+
+
+def worker_facts(worker: Any) -> dict:
+    """What the worker's models look like now (metadata and hashes only)."""
+    from torch.nn.modules.module import _global_module_registration_hooks
+    from vllm import ModelRegistry
+
+    from draft_head_fp8.fp8 import tensor_sha256
+
+    runner = _runner(worker)
+    target = _language_model(runner.model)
+    drafter = runner.drafter.model
+    head = drafter.lm_head
+    method = head.quant_method
+    embed = target.model.embed_tokens.weight
+    scale = getattr(head, "weight_scale", None)
+    entry = ModelRegistry.models.get("Gemma4MTPModel")
+    head_bytes = head.weight.numel() * head.weight.element_size()
+    if scale is not None:
+        head_bytes += scale.numel() * scale.element_size()
+    return {
+        # With the flag off these must show that the plugin did nothing at all.
+        "plugin_modules": sorted(m for m in sys.modules if m.startswith("draft_head_fp8.vllm_plugin.")),
+        "module_registration_hooks": len(_global_module_registration_hooks),
+        "registry_entry": _registry_name(entry),
+        "drafter_class": f"{type(drafter).__module__}.{type(drafter).__name__}",
+        "target_class": f"{type(target).__module__}.{type(target).__name__}",
+        "target_embed_sha256": tensor_sha256(embed),
+        "target_embed_dtype": str(embed.dtype),
+        "target_head_method": type(target.lm_head.quant_method).__name__,
+        "target_head_dtype": str(target.lm_head.weight.dtype),
+        "target_head_is_target_embed": target.lm_head.weight is embed,
+        "draft_embed_is_target_embed": drafter.model.embed_tokens.weight is embed,
+        "draft_head_method": type(method).__name__,
+        "draft_head_kernel": type(getattr(method, "fp8_linear", None)).__name__
+        if getattr(method, "fp8_linear", None) is not None
+        else None,
+        "draft_head_dtype": str(head.weight.dtype),
+        "draft_head_shape": [int(d) for d in head.weight.shape],
+        "draft_head_scale": None if scale is None else float(scale.reshape(-1)[0]),
+        "draft_head_bytes": int(head_bytes),
+        "draft_head_is_draft_embed_param": head.weight is drafter.model.embed_tokens.weight,
+    }
+
+
+def _registry_name(entry: Any) -> str | None:
+    if entry is None:
+        return None
+    module = getattr(entry, "module_name", None)
+    cls = getattr(entry, "class_name", None)
+    if module and cls:
+        return f"{module}:{cls}"
+    model_cls = getattr(entry, "model_cls", None) or getattr(entry, "interfaces", None)
+    return repr(model_cls if model_cls is not None else entry)
+
+
+def watch_draft_agreement(worker: Any, assistant_dir: str) -> bool:
+    """Demo instrumentation: next to every draft logits call, compute the BF16 head's logits from
+    the checkpoint's own embedding and count how often the two argmaxes agree."""
+    import torch
+    from safetensors import safe_open
+
+    from draft_head_fp8.checkpoint import EMBED_TENSOR, find_tensor
+
+    drafter = _runner(worker).drafter.model
+    path, _, _ = find_tensor(assistant_dir)
+    with safe_open(path, framework="pt") as f:
+        bf16_head = f.get_tensor(EMBED_TENSOR).to(torch.bfloat16)
+    served = drafter.compute_logits
+    stats = {"steps": 0, "agree": 0}
+
+    def compute_logits(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
+        logits = served(hidden_states, *args, **kwargs)
+        if logits is not None:
+            reference = hidden_states.to(bf16_head.dtype) @ bf16_head.t()
+            vocab = min(reference.shape[-1], logits.shape[-1])
+            same = logits[..., :vocab].argmax(-1) == reference[..., :vocab].argmax(-1)
+            stats["steps"] += int(same.numel())
+            stats["agree"] += int(same.sum())
+        return logits
+
+    drafter.compute_logits = compute_logits  # instance attribute: this process's demo only
+    drafter._draft_agreement = stats
+    return True
+
+
+def read_draft_agreement(worker: Any) -> dict | None:
+    return getattr(_runner(worker).drafter.model, "_draft_agreement", None)
+
+
+def _spec_metrics(llm: Any) -> dict:
+    counters: dict[str, float] = {}
+    for metric in llm.get_metrics():
+        if metric.name.startswith("vllm:spec_decode_num_") and hasattr(metric, "value"):
+            counters[metric.name.removeprefix("vllm:spec_decode_")] = float(metric.value)
+    drafts = counters.get("num_drafts", 0.0)
+    draft_tokens = counters.get("num_draft_tokens", 0.0)
+    accepted = counters.get("num_accepted_tokens", 0.0)
+    return {
+        **counters,
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        # vLLM's convention: the bonus token plus the accepted draft tokens, per draft.
+        "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+    }
+
+
+def run(
+    target: str,
+    assistant: str,
+    prompts: list[str],
+    *,
+    max_tokens: int = 24,
+    speculative_tokens: int = 2,
+    draft_agreement: bool = False,
+) -> dict:
+    from vllm import LLM, SamplingParams
+
+    started = time.perf_counter()
+    llm = LLM(
+        model=target,
+        speculative_config={
+            "method": "mtp",
+            "model": assistant,
+            "num_speculative_tokens": speculative_tokens,
+        },
+        distributed_executor_backend="uni",
+        kv_cache_memory_bytes=64 << 20,
+        enforce_eager=True,
+        max_model_len=256,
+        dtype="bfloat16",
+        seed=0,
+        disable_log_stats=False,
+    )
+    init_seconds = time.perf_counter() - started
+    after_start = llm.collective_rpc(worker_facts)[0]
+    if draft_agreement:
+        llm.collective_rpc(watch_draft_agreement, args=(assistant,))
+    started = time.perf_counter()
+    outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)
+    generate_seconds = time.perf_counter() - started
+    after_generate = llm.collective_rpc(worker_facts)[0]
+    return {
+        "flag": os.environ.get("VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"),
+        "prompts": prompts,
+        "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+        "texts": [o.outputs[0].text for o in outputs],
+        "spec_decode": _spec_metrics(llm),
+        "draft_agreement": llm.collective_rpc(read_draft_agreement)[0] if draft_agreement else None,
+        "after_start": after_start,
+        "after_generate": after_generate,
+        "seconds": {"init": round(init_seconds, 3), "generate": round(generate_seconds, 3)},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m draft_head_fp8.engine",
+        description="Run vLLM once on a target + Gemma 4 MTP assistant; write what happened as JSON.",
+    )
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--assistant", required=True)
+    parser.add_argument("--prompt", action="append", help="repeatable; default: a few fixed prompts")
+    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--speculative-tokens", type=int, default=2)
+    parser.add_argument("--draft-agreement", action="store_true")
+    parser.add_argument("--out", required=True, help="where to write the JSON facts")
+    args = parser.parse_args(argv)
+    for key, value in CPU_ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    facts = run(
+        args.target,
+        args.assistant,
+        args.prompt or DEFAULT_PROMPTS,
+        max_tokens=args.max_tokens,
+        speculative_tokens=args.speculative_tokens,
+        draft_agreement=args.draft_agreement,
+    )
+    Path(args.out).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
