@@ -197,60 +197,89 @@ def _lower(value: Any) -> str:
     return str(value).lower()
 
 
-def _validate(receipt: Any, accepted: tuple[str, ...]) -> None:
-    def fail(message: str) -> None:
-        raise HeadFp8EligibilityError(message)
-
-    present = receipt if isinstance(receipt, Mapping) else {}
-    missing = [key for key in REQUIRED_KEYS if key not in present]
-    if missing:
-        fail(f"receipt missing {missing}")
-    r = present
-    if r["eligible"] is not True:
-        fail("receipt is not eligible")
-    if r["head_tp_size"] != 1:
-        fail("only TP1 is supported by this prototype")
-    if r["head_expected_weight_shape"] is None:
-        fail("draft config did not provide head dimensions")
-    if r.get("draft_config_hidden_size") is None or r.get("draft_config_vocab_size") is None:
-        fail("draft config dimensions are missing")
-    if r.get("head_partition_hidden_size") != r["draft_config_hidden_size"]:
-        fail("head hidden partition does not match draft config")
-    if r.get("head_partition_vocab_size") != r["draft_config_vocab_size"]:
-        fail("head vocab partition does not match draft config")
-    if not str(r["head_class"]).endswith(".ParallelLMHead"):
-        fail("unexpected head class")
-    if not any(r["head_method"] == name for name in accepted):
-        fail("unexpected online head method")
-    if not r["head_kernel"]:
-        fail("kernel selection was not recorded")
-    weight, scale = r["head_weight"], r["head_weight_scale"]
-    if not weight or not scale or not _get(weight, "dtype") or not _get(scale, "dtype"):
-        fail("head FP8 weight/scale metadata is incomplete")
-    if _get(weight, "finite") is not True or _get(scale, "finite") is not True:
-        fail("head FP8 weight/scale is not finite")
-    if _get(scale, "shape") != [1] or _get(scale, "positive_scalar") is not True:
-        fail("head scale is not one finite positive scalar")
-    if _get(weight, "shape") != r["head_expected_weight_shape"]:
-        fail("processed head shape does not match [hidden, vocab] logical shape")
-    if "float8" not in _lower(_get(weight, "dtype")):
-        fail("head weight is not an FP8 dtype")
-    if r["head_weight_is_draft_embed"] is not False:
-        fail("head still aliases draft input embedding")
-    if r["head_weight_is_target_embed"] is not False:
-        fail("head aliases target input embedding")
-    if r["draft_embed_weight_is_target_embed"] is not True:
-        fail("draft input embedding was not shared with target")
-    if "bfloat16" not in _lower(_get(r["draft_embed"], "dtype")):
-        fail("draft input embedding is not BF16")
-    target_method = str(r["target_lm_head_method"])
+def _target_on_fp8(r: Mapping, accepted: tuple[str, ...]) -> bool:
     # Every FP8 head method we know, not only the accepted ones: the target must be on none.
-    if any(name in target_method for name in (*ACCEPTED_METHODS, *accepted)):
-        fail("target LM head was routed to draft FP8 method")
-    if "bfloat16" not in _lower(_get(r["target_lm_head_weight"], "dtype")):
-        fail("target LM head is not BF16")
-    if "Unquantized" not in target_method:
-        fail("target LM head is not on an unquantized method")
+    return any(name in str(r["target_lm_head_method"]) for name in (*ACCEPTED_METHODS, *accepted))
+
+
+# The post-share checks after the key check, in contract order: (label, message, fails). One
+# table serves both the fail-closed validation and the per-check report that people read.
+POST_SHARE_CHECKS: tuple[tuple[str, str, Any], ...] = (
+    ("eligible", "receipt is not eligible", lambda r, a: r["eligible"] is not True),
+    ("tensor parallel 1", "only TP1 is supported by this prototype", lambda r, a: r["head_tp_size"] != 1),
+    ("head dimensions known", "draft config did not provide head dimensions",
+     lambda r, a: r["head_expected_weight_shape"] is None),
+    ("draft config dimensions", "draft config dimensions are missing",
+     lambda r, a: r.get("draft_config_hidden_size") is None or r.get("draft_config_vocab_size") is None),
+    ("hidden partition = config", "head hidden partition does not match draft config",
+     lambda r, a: r.get("head_partition_hidden_size") != r["draft_config_hidden_size"]),
+    ("vocab partition = config", "head vocab partition does not match draft config",
+     lambda r, a: r.get("head_partition_vocab_size") != r["draft_config_vocab_size"]),
+    ("head class", "unexpected head class", lambda r, a: not str(r["head_class"]).endswith(".ParallelLMHead")),
+    ("head method", "unexpected online head method", lambda r, a: not any(r["head_method"] == m for m in a)),
+    ("kernel recorded", "kernel selection was not recorded", lambda r, a: not r["head_kernel"]),
+    ("weight/scale metadata", "head FP8 weight/scale metadata is incomplete",
+     lambda r, a: not r["head_weight"] or not r["head_weight_scale"]
+     or not _get(r["head_weight"], "dtype") or not _get(r["head_weight_scale"], "dtype")),
+    ("weight/scale finite", "head FP8 weight/scale is not finite",
+     lambda r, a: _get(r["head_weight"], "finite") is not True or _get(r["head_weight_scale"], "finite") is not True),
+    ("scale is one positive scalar", "head scale is not one finite positive scalar",
+     lambda r, a: _get(r["head_weight_scale"], "shape") != [1]
+     or _get(r["head_weight_scale"], "positive_scalar") is not True),
+    ("weight shape [hidden, vocab]", "processed head shape does not match [hidden, vocab] logical shape",
+     lambda r, a: _get(r["head_weight"], "shape") != r["head_expected_weight_shape"]),
+    ("weight is FP8", "head weight is not an FP8 dtype",
+     lambda r, a: "float8" not in _lower(_get(r["head_weight"], "dtype"))),
+    ("head not the draft embedding", "head still aliases draft input embedding",
+     lambda r, a: r["head_weight_is_draft_embed"] is not False),
+    ("head not the target embedding", "head aliases target input embedding",
+     lambda r, a: r["head_weight_is_target_embed"] is not False),
+    ("draft embedding shared", "draft input embedding was not shared with target",
+     lambda r, a: r["draft_embed_weight_is_target_embed"] is not True),
+    ("draft embedding BF16", "draft input embedding is not BF16",
+     lambda r, a: "bfloat16" not in _lower(_get(r["draft_embed"], "dtype"))),
+    ("target head not FP8", "target LM head was routed to draft FP8 method", _target_on_fp8),
+    ("target head BF16", "target LM head is not BF16",
+     lambda r, a: "bfloat16" not in _lower(_get(r["target_lm_head_weight"], "dtype"))),
+    ("target head unquantized", "target LM head is not on an unquantized method",
+     lambda r, a: "Unquantized" not in str(r["target_lm_head_method"])),
+)
+
+
+def _missing(receipt: Any) -> list[str]:
+    present = receipt if isinstance(receipt, Mapping) else {}
+    return [key for key in REQUIRED_KEYS if key not in present]
+
+
+def _validate(receipt: Any, accepted: tuple[str, ...]) -> None:
+    missing = _missing(receipt)
+    if missing:
+        raise HeadFp8EligibilityError(f"receipt missing {missing}")
+    for _, message, fails in POST_SHARE_CHECKS:
+        if fails(receipt, accepted):
+            raise HeadFp8EligibilityError(message)
+
+
+def check_results(receipt: Any, *, accepted_methods: Iterable[str] | None = None) -> list[dict]:
+    """Every post-share check by name, in order, each with ``passed`` True, False, or None when it
+    could not run (keys missing). For reports; ``validate_post_share_receipt`` is the gate."""
+    accepted = ACCEPTED_METHODS if accepted_methods is None else tuple(str(m) for m in accepted_methods)
+    missing = _missing(receipt)
+    results = [{
+        "check": "required keys present",
+        "message": f"receipt missing {missing}" if missing else None,
+        "passed": not missing,
+    }]
+    for label, message, fails in POST_SHARE_CHECKS:
+        if missing:
+            passed = None
+        else:
+            try:
+                passed = not fails(receipt, accepted)
+            except Exception:
+                passed = False
+        results.append({"check": label, "message": message, "passed": passed})
+    return results
 
 
 def validate_post_share_receipt(receipt: Any, *, accepted_methods: Iterable[str] | None = None) -> None:
