@@ -1,0 +1,272 @@
+"""Benchmark: capturing a runtime receipt for a full-size FP8 draft head on this CPU.
+
+The head is Gemma 4's shape: vocab 262144 x hidden 1024. Its weight is ``float8_e4m3fn`` stored
+``[hidden, vocab]`` as the ``.t()`` of a contiguous ``[vocab, hidden]`` tensor (the quantized copy of a
+random BF16 embedding, so the bytes are realistic, not zeros), with an FP32 ``[1]`` scale; the BF16
+``[vocab, hidden]`` embedding is shared between draft and target, and tied to the target's head.
+
+Measured, all in this process with torch's default thread count, each the median of ``--runs``
+interleaved runs (``--overlay-runs`` for the slow overlay check):
+
+- ``make_runtime_receipt`` (the whole capture: every snapshot, the FP8 finiteness check on raw bytes,
+  the scale check, the identity flags);
+- the yardstick: one plain pass over the FP8 weight's bytes, ``w.view(torch.uint8).max()`` over its
+  contiguous storage -- the least any check that reads every byte can cost;
+- the overlay's way for comparison: 8 Mi-element chunks of the same contiguous storage converted to
+  float32, then ``torch.isfinite(chunk).all()``.
+
+Peak extra memory is measured in a fresh child process (``--memory-child``), because tracemalloc does
+not see torch's allocations. There, before each operation, the kernel's resident high-water mark
+``VmHWM`` is reset to the current RSS by writing ``5`` to ``/proc/self/clear_refs``; afterwards
+``VmHWM - VmRSS(before)`` is the most memory the operation ever held resident on top of what was
+there. The child runs with ``MALLOC_MMAP_THRESHOLD_=65536``: a fixed threshold makes glibc serve every
+block of 64 KiB or more with its own mmap and unmap it on free, so a temporary buffer cannot hide in
+heap pages that an earlier free left resident (with the default, dynamic threshold, blocks up to
+32 MiB can be recycled that way and would be invisible to VmHWM). Timings are not taken there.
+
+Usage: python bench/receipt_capture.py [--runs N] [--overlay-runs N] [--json PATH]
+Run it on an otherwise idle machine: the capture/yardstick ratio is a ratio of two memory-bound
+passes, and other processes' load shifts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+import draft_head_fp8
+from draft_head_fp8 import eligibility, make_runtime_receipt, validate_post_share_receipt
+from draft_head_fp8.fp8 import quantize_per_tensor
+
+VOCAB, HIDDEN = 262144, 1024
+OVERLAY_CHUNK = 8 * 1024 * 1024  # elements per float32 conversion in the overlay's check
+MIB = 1024 * 1024
+RESULTS = Path(__file__).resolve().parent / "results" / "receipt_capture.json"
+
+
+# Stand-ins named like vLLM's classes: the receipt records class names only.
+class Fp8PerTensorOnlineLinearMethod:
+    def __init__(self) -> None:
+        self.fp8_linear = PerTensorTorchFP8ScaledMMLinearKernel()
+
+
+class PerTensorTorchFP8ScaledMMLinearKernel:
+    pass
+
+
+class UnquantizedEmbeddingMethod:
+    pass
+
+
+class ParallelLMHead(nn.Module):
+    def __init__(self, weight: torch.Tensor, scale: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.weight_scale = nn.Parameter(scale, requires_grad=False)
+        self.quant_method = Fp8PerTensorOnlineLinearMethod()
+        self.tp_size = 1
+        self.input_size_per_partition = HIDDEN
+        self.output_size_per_partition = VOCAB
+
+
+def build(seed: int = 0) -> SimpleNamespace:
+    torch.manual_seed(seed)
+    embed = nn.Embedding(VOCAB, HIDDEN, dtype=torch.bfloat16, _weight=torch.empty(VOCAB, HIDDEN, dtype=torch.bfloat16))
+    with torch.no_grad():
+        embed.weight.normal_(0.0, 0.02)  # in place: no float32 temporary of the whole table
+    embed.weight.requires_grad_(False)
+    embed.quant_method = UnquantizedEmbeddingMethod()
+    q = quantize_per_tensor(embed.weight)  # [vocab, hidden] contiguous FP8 + [1] FP32 scale
+    head = ParallelLMHead(q.weight.t(), q.scale)
+
+    target_lm = nn.Module()
+    target_lm.model = nn.Module()
+    target_lm.model.embed_tokens = embed
+    target_lm.lm_head = nn.Module()
+    target_lm.lm_head.weight = embed.weight  # Gemma ties the target's head to its embedding
+    target_lm.lm_head.quant_method = UnquantizedEmbeddingMethod()
+    draft = nn.Module()
+    draft.model = nn.Module()
+    draft.model.embed_tokens = embed  # shared with the target after load
+    draft.config = SimpleNamespace(text_config=SimpleNamespace(hidden_size=HIDDEN, vocab_size=VOCAB))
+    decision = eligibility(
+        layer=head,
+        quant_config=SimpleNamespace(args=SimpleNamespace(linear="fp8_per_tensor_static")),
+        role="draft",
+        prefix="draft_model.lm_head",
+        enabled=True,
+        ordered_embeddings=False,
+        tie_word_embeddings=True,
+        parallel_lm_head_type=ParallelLMHead,
+    )
+    return SimpleNamespace(head=head, draft=draft, target=target_lm, decision=decision, fp8=q.weight)
+
+
+def capture(state: SimpleNamespace) -> dict:
+    return make_runtime_receipt(
+        head=state.head,
+        draft_model=state.draft,
+        target_model=state.target,
+        decision=state.decision,
+        phase="post_share",
+    )
+
+
+def yardstick(state: SimpleNamespace) -> int:
+    return int(state.fp8.view(torch.uint8).max())  # one pass over the contiguous bytes
+
+
+def overlay_check(state: SimpleNamespace) -> bool:
+    flat = state.fp8.reshape(-1)  # contiguous storage: the overlay's most favourable case
+    for start in range(0, flat.numel(), OVERLAY_CHUNK):
+        if not bool(torch.isfinite(flat[start : start + OVERLAY_CHUNK].to(torch.float32)).all()):
+            return False
+    return True
+
+
+OPERATIONS = {"capture": capture, "yardstick": yardstick, "overlay_check": overlay_check}
+
+
+# ---------------------------------------------------------------- memory, in a fresh child
+
+
+def _status_bytes(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(re.search(rf"{key}:\s+(\d+) kB", f.read()).group(1)) * 1024
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def memory_child() -> None:
+    state = build()
+    out = {}
+    for name, op in OPERATIONS.items():
+        op(state)  # warm up: lazy torch initialisation is not the operation's cost
+        _reset_peak()
+        before = _status_bytes("VmRSS")
+        op(state)
+        out[name] = _status_bytes("VmHWM") - before
+    print(json.dumps(out))
+
+
+def measure_memory() -> dict:
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    done = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--memory-child"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"memory child failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- timing
+
+
+def measure_times(state: SimpleNamespace, runs: int, overlay_runs: int) -> dict:
+    for op in OPERATIONS.values():
+        op(state)  # warm up
+    samples: dict[str, list[float]] = {name: [] for name in OPERATIONS}
+    for i in range(runs):  # interleaved, so that machine noise hits all of them alike
+        for name, op in OPERATIONS.items():
+            if name == "overlay_check" and i >= overlay_runs:
+                continue  # seconds per run: a few runs say enough
+            start = time.perf_counter()
+            op(state)
+            samples[name].append(time.perf_counter() - start)
+    return {
+        name: {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s), "runs": len(s)}
+        for name, s in samples.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--overlay-runs", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        memory_child()
+        return
+
+    load_at_start = os.getloadavg()
+    state = build()
+    receipt = capture(state)
+    validate_post_share_receipt(receipt)  # the captured receipt is a valid one
+    assert receipt["head_weight"]["finite"] is True and receipt["head_weight"]["shape"] == [HIDDEN, VOCAB]
+    assert overlay_check(state) is True
+    times = measure_times(state, args.runs, args.overlay_runs)
+    memory = measure_memory()
+
+    cap, yard, overlay = (times[k]["median_s"] for k in ("capture", "yardstick", "overlay_check"))
+    result = {
+        "benchmark": "receipt_capture",
+        "shape": {"vocab": VOCAB, "hidden": HIDDEN, "fp8_weight_bytes": VOCAB * HIDDEN},
+        "runs": args.runs,
+        "load_average_at_start": load_at_start,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "draft_head_fp8": draft_head_fp8.__version__,
+        "times": times,
+        "capture_over_yardstick": cap / yard,
+        "overlay_over_capture": overlay / cap,
+        "peak_extra_bytes": memory,
+        "targets": {
+            "capture_over_yardstick_max": 2.0,
+            "capture_peak_extra_mib_max": 32,
+            "met": cap / yard <= 2.0 and memory["capture"] <= 32 * MIB,
+        },
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.json.with_name(args.json.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, args.json)
+
+    ms = lambda s: f"{s * 1000:.1f} ms"  # noqa: E731
+    mib = lambda b: f"{b / MIB:.1f} MiB"  # noqa: E731
+    rows = [
+        ("receipt capture (`make_runtime_receipt`)", ms(cap), mib(memory["capture"])),
+        ("yardstick: `w.view(torch.uint8).max()`, one pass over the 256 MiB", ms(yard), mib(memory["yardstick"])),
+        ("overlay-style check: 8 Mi-element float32 chunks + `isfinite().all()`", ms(overlay), mib(memory["overlay_check"])),
+    ]
+    print(
+        f"262144 x 1024 float8_e4m3fn head, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"median of {args.runs} runs ({args.overlay_runs} for the overlay check), "
+        f"load average at start {load_at_start[0]:.2f}"
+    )
+    print()
+    print("| operation | time (median) | peak extra memory |")
+    print("| --- | ---: | ---: |")
+    for row in rows:
+        print(f"| {row[0]} | {row[1]} | {row[2]} |")
+    print(f"| capture / yardstick (target <= 2x) | {cap / yard:.2f}x | |")
+    print(f"| overlay check / capture (speedup) | {overlay / cap:.1f}x | |")
+    print()
+    print(f"targets met: {result['targets']['met']}  ->  {args.json}")
+
+
+if __name__ == "__main__":
+    main()
