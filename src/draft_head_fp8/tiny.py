@@ -119,9 +119,16 @@ def assistant_config(*, ordered_embeddings: bool = False, untied: bool = False):
 
 def save_model(model, tokenizer_dir: Path, out: Path) -> None:
     import torch
+    from transformers.utils import logging as hf_logging
 
     model = model.to(torch.bfloat16)
-    model.save_pretrained(out, safe_serialization=True)
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a bar per 1 MB file is noise in tests and the demo
+    try:
+        model.save_pretrained(out, safe_serialization=True)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
     for name in os.listdir(tokenizer_dir):
         shutil.copy2(tokenizer_dir / name, out / name)
     (out / "generation_config.json").write_text(
