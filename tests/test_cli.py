@@ -1,0 +1,208 @@
+"""The draft-head-fp8 command as users run it: a real subprocess, real files, exit codes, stderr."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from draft_head_fp8.tiny import build_tiny_pair
+
+FIXTURES = Path(__file__).parent / "fixtures" / "receipts"
+VALID = FIXTURES / "cpu-tiny-post_share.json"
+FAIL_CASES = sorted(FIXTURES.glob("*_fail.json"))
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "draft_head_fp8.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli-pairs")
+    return {
+        "dense": build_tiny_pair(root / "dense"),
+        "ordered": build_tiny_pair(root / "ordered", ordered_embeddings=True),
+        "untied": build_tiny_pair(root / "untied", untied=True),
+    }
+
+
+# ------------------------------------------------------------------ check
+
+
+def test_check_eligible_exits_0(pairs):
+    proc = cli("check", str(pairs["dense"].assistant), "--target", str(pairs["dense"].target))
+    assert proc.returncode == 0, proc.stderr
+    assert "verdict    eligible" in proc.stdout
+    assert "0.25 MiB -> 0.13 MiB" in proc.stdout  # 64 x 2048 BF16 vs FP8 + scale
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("ordered", "ordered embeddings bypass LogitsProcessor.quant_method.apply"),
+    ("untied", "untied draft embedding/head is outside this alias-safe prototype"),
+])
+def test_check_refused_exits_3_with_the_exact_reason(pairs, kind, reason):
+    proc = cli("check", str(pairs[kind].assistant), "--json")
+    assert proc.returncode == 3
+    report = json.loads(proc.stdout)
+    assert report["eligible"] is False and report["reason"] == reason
+    text = cli("check", str(pairs[kind].assistant))
+    assert f"not eligible: {reason}" in text.stdout
+
+
+def test_check_reads_no_weights(pairs, tmp_path):
+    only_configs = tmp_path / "assistant"
+    only_configs.mkdir()
+    shutil.copy(pairs["dense"].assistant / "config.json", only_configs)
+    proc = cli("check", str(only_configs))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_check_fp16_serving_is_predicted_to_fail_the_receipt(pairs, tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    config = json.loads((pairs["dense"].target / "config.json").read_text())
+    config["dtype"] = "float16"
+    (target / "config.json").write_text(json.dumps(config))
+    proc = cli("check", str(pairs["dense"].assistant), "--target", str(target), "--json")
+    assert proc.returncode == 3
+    report = json.loads(proc.stdout)
+    assert report["policy_reason"] == "custom FP8 head requires head dtype aligned with hidden dtype"
+
+
+def test_check_missing_folder_exits_2(tmp_path):
+    proc = cli("check", str(tmp_path / "nope"))
+    assert proc.returncode == 2
+    assert "no such folder" in one_line_error(proc)
+
+
+def test_check_not_gemma4_exits_2(pairs, tmp_path):
+    llama = tmp_path / "llama"
+    llama.mkdir()
+    (llama / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    proc = cli("check", str(llama))
+    assert proc.returncode == 2
+    assert "'llama' is not a Gemma 4 MTP assistant" in one_line_error(proc)
+    proc = cli("check", str(pairs["dense"].target))  # a target is not an assistant
+    assert proc.returncode == 2
+
+
+def test_check_unreadable_config_exits_2(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    proc = cli("check", str(tmp_path))
+    assert proc.returncode == 2
+    assert "cannot read it as JSON" in one_line_error(proc)
+
+
+# ------------------------------------------------------------------ receipt
+
+
+def test_receipt_validate_ok():
+    proc = cli("receipt", "validate", str(VALID))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == f"{VALID}: OK"
+
+
+@pytest.mark.parametrize("case", FAIL_CASES, ids=[p.stem for p in FAIL_CASES])
+def test_receipt_validate_fail_fixtures(case):
+    """Each *_fail fixture carries a .why note: the reason it must fail, then why it matters."""
+    reason = case.with_suffix(".why").read_text().splitlines()[0]
+    proc = cli("receipt", "validate", str(case))
+    assert proc.returncode == 1
+    assert proc.stdout.startswith(f"{case}: FAIL: ")
+    assert reason in proc.stdout
+
+
+def test_receipt_validate_many_files_one_bad_exits_1(tmp_path):
+    missing = tmp_path / "missing.json"
+    proc = cli("receipt", "validate", str(VALID), str(missing), "--json")
+    assert proc.returncode == 1
+    results = json.loads(proc.stdout)
+    assert [r["ok"] for r in results] == [True, False]
+    assert results[1]["reason"] == "no such file"
+
+
+def test_receipt_show_prints_every_key_and_every_check():
+    proc = cli("receipt", "show", str(VALID))
+    assert proc.returncode == 0, proc.stderr
+    receipt = json.loads(VALID.read_text())
+    for key in receipt:
+        assert key in proc.stdout
+    assert proc.stdout.count("pass  ") == 22 and "FAIL" not in proc.stdout  # the contract's 22 checks
+
+
+def test_receipt_show_marks_the_failing_check():
+    proc = cli("receipt", "show", str(FIXTURES / "target-head-on-fp8_fail.json"))
+    assert proc.returncode == 0
+    assert "FAIL  target head not FP8  (target LM head was routed to draft FP8 method)" in proc.stdout
+
+
+def test_receipt_show_not_json_exits_2():
+    proc = cli("receipt", "show", str(FIXTURES / "not-json_fail.json"))
+    assert proc.returncode == 2
+    assert "not JSON" in one_line_error(proc)
+
+
+# ------------------------------------------------------------------ tiny-models, archive, help
+
+
+def test_tiny_models_writes_a_pair_and_never_overwrites(tmp_path):
+    proc = cli("tiny-models", str(tmp_path / "pair"), "--seed", "3")
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((tmp_path / "pair" / "assistant" / "config.json").read_text())
+    assert config["model_type"] == "gemma4_assistant" and config["tie_word_embeddings"] is True
+    before = (tmp_path / "pair" / "assistant" / "model.safetensors").read_bytes()
+    again = cli("tiny-models", str(tmp_path / "pair"))
+    assert again.returncode == 2
+    assert "already holds files" in one_line_error(again)
+    assert (tmp_path / "pair" / "assistant" / "model.safetensors").read_bytes() == before
+
+
+def test_archive_empty_and_missing(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = cli("archive", "list", "--root", str(empty), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+    assert "no boots" in cli("archive", "list", "--root", str(empty)).stderr
+    assert cli("archive", "verify", "--root", str(empty)).returncode == 0
+    missing = cli("archive", "list", "--root", str(tmp_path / "nope"))
+    assert missing.returncode == 2
+    one_line_error(missing)
+
+
+@pytest.mark.parametrize("command", [
+    [], ["demo"], ["check"], ["receipt"], ["receipt", "validate"], ["receipt", "show"], ["tiny-models"],
+    ["archive"], ["archive", "list"], ["archive", "show"], ["archive", "verify"], ["archive", "diff"],
+    ["archive", "prune"],
+])
+def test_every_command_has_help_with_an_example(command):
+    proc = cli(*command, "--help")
+    assert proc.returncode == 0
+    assert "example" in proc.stdout
+
+
+def test_usage_errors_exit_2_in_one_line():
+    proc = cli("receipt", "validate")
+    assert proc.returncode == 2
+    assert "the following arguments are required" in one_line_error(proc)
+    proc = cli("frobnicate")
+    assert proc.returncode == 2
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    proc = cli("--debug", "check", str(tmp_path / "nope"))
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr
