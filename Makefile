@@ -18,7 +18,7 @@ $(STAMP): requirements/cpu.txt pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/draft-head-fp8 demo
+	$(VENV)/bin/draft-head-fp8 demo $(DEMO_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest

