@@ -35,24 +35,22 @@ import argparse
 import json
 import os
 import platform
-import re
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-import draft_head_fp8
-from draft_head_fp8 import eligibility, make_runtime_receipt, validate_post_share_receipt
-from draft_head_fp8.fp8 import quantize_per_tensor
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import MIB, interleaved_medians, peak_extra, run_memory_child, write_json  # noqa: E402
+
+import draft_head_fp8  # noqa: E402
+from draft_head_fp8 import eligibility, make_runtime_receipt, validate_post_share_receipt  # noqa: E402
+from draft_head_fp8.fp8 import quantize_per_tensor  # noqa: E402
 
 VOCAB, HIDDEN = 262144, 1024
 OVERLAY_CHUNK = 8 * 1024 * 1024  # elements per float32 conversion in the overlay's check
-MIB = 1024 * 1024
 RESULTS = Path(__file__).resolve().parent / "results" / "receipt_capture.json"
 
 
@@ -139,63 +137,8 @@ def overlay_check(state: SimpleNamespace) -> bool:
 OPERATIONS = {"capture": capture, "yardstick": yardstick, "overlay_check": overlay_check}
 
 
-# ---------------------------------------------------------------- memory, in a fresh child
-
-
-def _status_bytes(key: str) -> int:
-    with open("/proc/self/status") as f:
-        return int(re.search(rf"{key}:\s+(\d+) kB", f.read()).group(1)) * 1024
-
-
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
-def memory_child() -> None:
-    state = build()
-    out = {}
-    for name, op in OPERATIONS.items():
-        op(state)  # warm up: lazy torch initialisation is not the operation's cost
-        _reset_peak()
-        before = _status_bytes("VmRSS")
-        op(state)
-        out[name] = _status_bytes("VmHWM") - before
-    print(json.dumps(out))
-
-
-def measure_memory() -> dict:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    done = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--memory-child"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"memory child failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-# ---------------------------------------------------------------- timing
-
-
-def measure_times(state: SimpleNamespace, runs: int, overlay_runs: int) -> dict:
-    for op in OPERATIONS.values():
-        op(state)  # warm up
-    samples: dict[str, list[float]] = {name: [] for name in OPERATIONS}
-    for i in range(runs):  # interleaved, so that machine noise hits all of them alike
-        for name, op in OPERATIONS.items():
-            if name == "overlay_check" and i >= overlay_runs:
-                continue  # seconds per run: a few runs say enough
-            start = time.perf_counter()
-            op(state)
-            samples[name].append(time.perf_counter() - start)
-    return {
-        name: {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s), "runs": len(s)}
-        for name, s in samples.items()
-    }
+def bound(state: SimpleNamespace) -> dict:
+    return {name: (lambda op=op: op(state)) for name, op in OPERATIONS.items()}
 
 
 def main() -> None:
@@ -206,7 +149,7 @@ def main() -> None:
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
-        memory_child()
+        print(json.dumps(peak_extra(bound(build()))))
         return
 
     load_at_start = os.getloadavg()
@@ -215,8 +158,9 @@ def main() -> None:
     validate_post_share_receipt(receipt)  # the captured receipt is a valid one
     assert receipt["head_weight"]["finite"] is True and receipt["head_weight"]["shape"] == [HIDDEN, VOCAB]
     assert overlay_check(state) is True
-    times = measure_times(state, args.runs, args.overlay_runs)
-    memory = measure_memory()
+    # Interleaved, so machine noise hits all of them alike; the overlay check takes seconds a run.
+    times = interleaved_medians(bound(state), args.runs, {"overlay_check": args.overlay_runs})
+    memory = run_memory_child(__file__)
 
     cap, yard, overlay = (times[k]["median_s"] for k in ("capture", "yardstick", "overlay_check"))
     result = {
@@ -240,10 +184,7 @@ def main() -> None:
             "met": cap / yard <= 2.0 and memory["capture"] <= 32 * MIB,
         },
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.json.with_name(args.json.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, args.json)
+    write_json(args.json, result)
 
     ms = lambda s: f"{s * 1000:.1f} ms"  # noqa: E731
     mib = lambda b: f"{b / MIB:.1f} MiB"  # noqa: E731
