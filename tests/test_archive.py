@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draft_head_fp8 import durable
+from draft_head_fp8 import archive, durable, schemas
 from draft_head_fp8.archive import (
     Archive,
     ArchiveError,
@@ -28,10 +28,8 @@ from draft_head_fp8.archive import (
     UnsafePathError,
     _encode_json,
     _self_digest,
-    add_archive_parser,
-    diff_boots,
-    run_archive,
 )
+from draft_head_fp8.archive_cli import add_archive_parser, diff_boots, run_archive
 
 RECEIPT = {
     "schema": "draft-head-fp8-runtime-receipt/v2",
@@ -370,6 +368,38 @@ def test_unknown_manifest_major_version_is_rejected(arc):
     assert "unknown manifest schema" in report.problems[0].message
 
 
+def test_manifest_of_the_wrong_shape_is_explained_by_the_schema(arc):
+    boot = sealed_boot(arc)
+    _rewrite_manifest(boot, lambda m: m.update(seq=str(m["seq"]), extra=1))
+    report = arc.verify()
+    assert problem_paths(report) == [str(boot.path / "MANIFEST.json")]
+    message = report.problems[0].message
+    assert message.startswith("invalid manifest: ")
+    assert "'extra' was unexpected" in message and "seq: '1' is not of type 'integer'" in message
+
+
+def test_hand_compiled_manifest_check_keeps_in_step_with_the_schema():
+    schema = schemas.load("archive-manifest-v1")
+    assert archive._MANIFEST_KEYS == set(schema["required"]) == set(schema["properties"])
+    assert schema["properties"]["schema"]["const"] == archive.MANIFEST_SCHEMA
+    files = schema["properties"]["files"]["items"]
+    assert archive._FILE_KEYS == set(files["required"]) == set(files["properties"])
+    assert schemas.load("archive-pruned-v1")["properties"]["schema"]["const"] == archive.PRUNED_SCHEMA
+
+
+def test_damaged_prune_record_is_named(arc):
+    sealed_boot(arc)
+    kept = sealed_boot(arc)
+    record = Path(arc.prune(1).record)
+    doc = json.loads(record.read_bytes())
+    doc["boots"][0]["seq"] = 0
+    record.write_bytes(_encode_json(doc))
+    report = arc.verify()
+    # Without a valid record, the kept boot's link to the pruned one is a deletion as well.
+    assert problem_paths(report) == [str(record), str(kept.path / "MANIFEST.json")]
+    assert report.problems[0].message.startswith("invalid prune record: boots/0/seq: 0 is less than")
+
+
 def test_stray_entry_in_root_is_named(arc):
     sealed_boot(arc)
     (arc.root / "notes.txt").write_text("hi")
@@ -500,7 +530,8 @@ def test_prune_refuses_a_damaged_archive(arc):
 
 
 def test_interrupted_prune_leftovers_are_harmless(arc):
-    a, b = sealed_boot(arc), sealed_boot(arc)
+    a = sealed_boot(arc)
+    sealed_boot(arc)
     # As if prune had written its record and hidden the folder, then died before deleting it.
     arc.prune(1, dry_run=True)
     result = arc.prune(1)
@@ -620,12 +651,13 @@ def test_cli_help_has_an_example(capsys, sub):
     assert code == 0 and "example" in out and f"draft-head-fp8 archive {sub}" in out
 
 
-def test_python_dash_m_runs(arc):
+@pytest.mark.parametrize("module", ["draft_head_fp8.archive_cli"])
+def test_python_dash_m_runs(arc, module):
     sealed_boot(arc)
     env = dict(os.environ, DRAFT_HEAD_FP8_ARCHIVE=str(arc.root))
-    out = subprocess.run([sys.executable, "-m", "draft_head_fp8.archive", "verify", "--json"],
+    out = subprocess.run([sys.executable, "-m", module, "verify", "--json"],
                          capture_output=True, text=True, env=env)
     assert out.returncode == 0 and json.loads(out.stdout)["ok"]
-    out = subprocess.run([sys.executable, "-m", "draft_head_fp8.archive", "show", "7"],
+    out = subprocess.run([sys.executable, "-m", module, "show", "7"],
                          capture_output=True, text=True, env=env)
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1

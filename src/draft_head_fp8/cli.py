@@ -190,7 +190,7 @@ def cmd_tiny_models(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from draft_head_fp8.archive import add_archive_parser
+    from draft_head_fp8.archive_cli import add_archive_parser
 
     parser = _one_line_errors(argparse.ArgumentParser(
         prog="draft-head-fp8",

@@ -1,0 +1,333 @@
+"""The ``archive`` command (list, show, verify, diff, prune) and the boot-to-boot diff it prints.
+
+Mounted under ``draft-head-fp8 archive`` by cli.py; ``python -m draft_head_fp8.archive_cli``
+runs it alone. Errors are one line on stderr; exit status 0 ok, 1 damage or failure, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from typing import Any
+
+from .archive import (
+    BOOT_JSON,
+    MANIFEST,
+    ROOT_ENV,
+    Archive,
+    ArchiveError,
+    ArchiveNotFoundError,
+    Boot,
+    UnknownBootError,
+)
+
+__all__ = ["add_archive_parser", "diff_boots", "main", "run_archive"]
+
+
+class _BadInput(ArchiveError):
+    """A command-line value that makes no sense; exit status 2."""
+
+
+# ------------------------------------------------------------------------------------------- diff
+
+# Listed first in a diff, in this order; everything else follows alphabetically, then the noise.
+_RECEIPT_FIRST = [
+    "head_method", "head_kernel", "head_weight.dtype", "head_weight.shape", "head_weight_scale.dtype",
+    "head_weight_scale.shape", "quant_spec", "eligible", "eligibility_reason", "schema", "phase",
+    "head_class", "head_method_module", "head_expected_weight_shape", "head_tp_size",
+    "target_lm_head_method", "target_lm_head_weight.dtype", "draft_embed.dtype", "target_embed.dtype",
+]
+_IDENTITY_FIRST = [
+    "versions.draft-head-fp8", "versions.vllm", "vllm_distribution", "versions.torch", "versions.python",
+    "device_names", "cpu_model", "kernel", "host", "kernel_boot_id", "container_id", "invocation_id",
+]
+_NOISE = ("seq", "boot", "launch_id", "started_at", "pid")
+_ABSENT = object()
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(obj, dict) and obj:
+        for key, value in obj.items():
+            _flatten(value, f"{prefix}.{key}" if prefix else str(key), out)
+    elif isinstance(obj, list) and any(isinstance(x, (dict, list)) for x in obj):
+        for i, value in enumerate(obj):
+            _flatten(value, f"{prefix}[{i}]", out)
+    else:
+        out[prefix or "(value)"] = obj
+    return out
+
+
+def _key_order(first: list[str]):
+    rank = {k: i for i, k in enumerate(first)}
+
+    def key(k: str):
+        noisy = k in _NOISE or k.endswith(".data_ptr")
+        return (2 if noisy else (0 if k in rank else 1), rank.get(k, 0), k)
+
+    return key
+
+
+def _diff_json(a: Any, b: Any, first: list[str]) -> list[dict[str, Any]]:
+    fa, fb = _flatten(a, "", {}), _flatten(b, "", {})
+    changes = []
+    for key in sorted(set(fa) | set(fb), key=_key_order(first)):
+        va, vb = fa.get(key, _ABSENT), fb.get(key, _ABSENT)
+        if va is _ABSENT or vb is _ABSENT or va != vb or type(va) is not type(vb):
+            changes.append({"key": key, "a": None if va is _ABSENT else va, "b": None if vb is _ABSENT else vb,
+                            "in_a": va is not _ABSENT, "in_b": vb is not _ABSENT})
+    return changes
+
+
+def diff_boots(a: Boot, b: Boot) -> dict[str, Any]:
+    """Field-by-field differences of the identities and of every receipts/ file (JSON flattened)."""
+    def receipts(boot: Boot) -> dict[str, bytes]:
+        out = {}
+        for rel, _ in boot.files():
+            if rel.startswith("receipts/"):
+                out[rel] = boot.read_bytes(rel)
+        return out
+
+    def as_json(data: bytes) -> Any:
+        try:
+            return json.loads(data)
+        except ValueError:
+            return _ABSENT
+
+    result: dict[str, Any] = {"a": a.name, "b": b.name,
+                              "identity": _diff_json(a.identity or {}, b.identity or {}, _IDENTITY_FIRST),
+                              "receipts": []}
+    ra, rb = receipts(a), receipts(b)
+    for rel in sorted(set(ra) | set(rb)):
+        entry: dict[str, Any] = {"path": rel}
+        if rel not in ra or rel not in rb:
+            entry["only_in"] = "a" if rel in ra else "b"
+        else:
+            ja, jb = as_json(ra[rel]), as_json(rb[rel])
+            if ja is _ABSENT or jb is _ABSENT:
+                entry["changes"] = [] if ra[rel] == rb[rel] else [
+                    {"key": "(bytes, not JSON)", "a": hashlib.sha256(ra[rel]).hexdigest(),
+                     "b": hashlib.sha256(rb[rel]).hexdigest(), "in_a": True, "in_b": True}]
+            else:
+                entry["changes"] = _diff_json(ja, jb, _RECEIPT_FIRST)
+        result["receipts"].append(entry)
+    return result
+
+
+# -------------------------------------------------------------------------------------------- CLI
+
+_EXAMPLES = {
+    "archive": "examples:\n  draft-head-fp8 archive list\n  draft-head-fp8 archive verify --root /var/lib/draft-head-fp8",
+    "list": "example:\n  draft-head-fp8 archive list --root /var/lib/draft-head-fp8 --json",
+    "show": "example:\n  draft-head-fp8 archive show -1        # the newest boot\n"
+            "  draft-head-fp8 archive show 12 --json  # by sequence number (or launch id)",
+    "verify": "example:\n  draft-head-fp8 archive verify --root /var/lib/draft-head-fp8 && echo intact\n\n"
+              "exit status: 0 all intact, 1 something is wrong (every problem is printed), 2 bad input",
+    "diff": "example:\n  draft-head-fp8 archive diff -2 -1      # what changed between the last two boots",
+    "prune": "example:\n  draft-head-fp8 archive prune --keep 100 --dry-run\n\n"
+             "Deletes whole sealed boots, oldest first in chain order; incomplete boots are never touched.",
+}
+
+
+def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    def error(message: str):
+        parser.exit(2, f"{parser.prog}: error: {message} (see `{parser.prog} --help`)\n")
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
+def add_archive_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``archive`` with its subcommands to an argparse subparsers object; returns its parser."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", metavar="DIR", help=f"archive folder (default: ${ROOT_ENV}, else the user state folder)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser = _one_line_errors(subparsers.add_parser(
+        "archive", help="per-boot diagnostic archive: list, show, verify, diff, prune",
+        description="The per-boot diagnostic archive: every engine start's receipts and diagnostics, "
+                    "byte for byte, sealed by a manifest and chained.",
+        epilog=_EXAMPLES["archive"], formatter_class=fmt))
+    parser.set_defaults(func=run_archive)
+    sub = parser.add_subparsers(dest="archive_command", metavar="COMMAND", required=True)
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        return _one_line_errors(sub.add_parser(name, parents=[common], help=help_, description=help_,
+                                               epilog=_EXAMPLES[name], formatter_class=fmt))
+
+    add("list", "list every boot (sealed or incomplete) in sequence order")
+    p = add("show", "show one boot's identity and files")
+    p.add_argument("boot", metavar="BOOT", help="sequence number, launch id, or negative index (-1 = newest)")
+    add("verify", "check every byte, the manifest chain, and missing or extra files")
+    p = add("diff", "compare two boots' identities and receipts field by field")
+    p.add_argument("boot_a", metavar="BOOT_A", help="sequence number, launch id, or negative index")
+    p.add_argument("boot_b", metavar="BOOT_B", help="sequence number, launch id, or negative index")
+    p.add_argument("--exit-code", action="store_true", help="exit 1 when the boots differ (like git diff)")
+    p = add("prune", "delete the oldest sealed boots, keeping the newest N")
+    p.add_argument("--keep", type=int, required=True, metavar="N", help="sealed boots to keep (>= 0)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
+    return parser
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _show_value(v: Any, present: bool = True) -> str:
+    return "(absent)" if not present else json.dumps(v)
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False, default=str))
+
+
+def _cmd_list(arc: Archive, args) -> int:
+    rows = [b.summary() for b in arc.boots()]
+    if args.json:
+        _print_json(rows)
+        return 0
+    if not rows:
+        print(f"(no boots in {arc.root})", file=sys.stderr)
+        return 0
+    print(f"{'SEQ':>8}  {'LAUNCH ID':<32}  {'STATUS':<10}  {'STARTED':<27}  {'HOST':<16}  {'FILES':>5}  SIZE")
+    for r in rows:
+        print(f"{r['seq']:>8}  {r['launch_id']:<32}  {r['status']:<10}  {r['started_at'] or '-':<27}  "
+              f"{(r['host'] or '-')[:16]:<16}  {r['files']:>5}  {_human(r['bytes'])}")
+    return 0
+
+
+def _cmd_show(arc: Archive, args) -> int:
+    boot = arc.find(args.boot)
+    summary, identity, manifest = boot.summary(), boot.identity, boot.manifest
+    files = boot.files()
+    listed = (manifest or {}).get("files")
+    digests = {f.get("path"): f.get("sha256") for f in (listed if isinstance(listed, list) else []) if isinstance(f, dict)}
+    if args.json:
+        _print_json({"boot": summary, "identity": identity, "manifest": manifest,
+                     "files": [{"path": p, "size": s, "sha256": digests.get(p)} for p, s in files]})
+        return 0
+    print(f"boot {boot.name}  (seq {boot.seq}, {summary['status']})")
+    print(f"  path:        {boot.path}")
+    if identity is None:
+        print(f"  identity:    ({BOOT_JSON} missing or unreadable)")
+    else:
+        for key, value in _flatten(identity, "", {}).items():
+            if key not in ("seq", "launch_id", "boot", "schema"):
+                print(f"  {key + ':':<36} {json.dumps(value)}")
+    if manifest is None:
+        print("  manifest:    none (incomplete boot: never sealed, kept as evidence)")
+    else:
+        prev = manifest.get("previous_boot") or "(start of chain)"
+        print(f"  sealed at:   {manifest.get('sealed_at')}  (chain index {manifest.get('chain_index')}, previous {prev})")
+    print("  files:")
+    for path, size in files:
+        print(f"    {size:>10}  {digests.get(path, '-'):<64}  {path}")
+    return 0
+
+
+def _cmd_verify(arc: Archive, args) -> int:
+    report = arc.verify()
+    if args.json:
+        _print_json(report.to_dict())
+        return 0 if report.ok else 1
+    for problem in report.problems:
+        print(f"PROBLEM {problem}")
+    for name in report.incomplete:
+        print(f"incomplete: {name} (no {MANIFEST}; listed, never hidden)")
+    for note in report.notes:
+        print(f"note: {note}")
+    boots = len(report.sealed) + len(report.incomplete)
+    tail = (f"{boots} boot(s) ({len(report.sealed)} sealed, {len(report.incomplete)} incomplete), "
+            f"{report.files_checked} file(s), {_human(report.bytes_checked)} checked")
+    if report.ok:
+        print(f"verify: ok, {tail}")
+        return 0
+    print(f"verify: FAILED, {len(report.problems)} problem(s) in {tail}")
+    return 1
+
+
+def _cmd_diff(arc: Archive, args) -> int:
+    a, b = arc.find(args.boot_a), arc.find(args.boot_b)
+    result = diff_boots(a, b)
+    differs = bool(result["identity"]) or any(r.get("only_in") or r.get("changes") for r in result["receipts"])
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"--- a: {a.name}\n+++ b: {b.name}")
+
+        def show(changes):
+            for c in changes:
+                print(f"  {c['key']}: {_show_value(c['a'], c['in_a'])} -> {_show_value(c['b'], c['in_b'])}")
+
+        print(f"identity ({BOOT_JSON}):" + ("" if result["identity"] else " same"))
+        show(result["identity"])
+        if not result["receipts"]:
+            print("receipts: none in either boot")
+        for r in result["receipts"]:
+            if r.get("only_in"):
+                print(f"{r['path']}: only in {r['only_in']}")
+            else:
+                print(f"{r['path']}:" + ("" if r["changes"] else " same"))
+                show(r["changes"])
+    return 1 if (args.exit_code and differs) else 0
+
+
+def _cmd_prune(arc: Archive, args) -> int:
+    if args.keep < 0:
+        raise _BadInput(f"--keep must be 0 or more, got {args.keep}")
+    result = arc.prune(args.keep, dry_run=args.dry_run)
+    if args.json:
+        _print_json(result.to_dict())
+        return 0
+    verb = "would delete" if result.dry_run else "deleted"
+    print(f"{verb} {len(result.pruned)} sealed boot(s){': ' + ', '.join(result.pruned) if result.pruned else ''}")
+    print(f"kept {len(result.kept_sealed)} sealed, {len(result.incomplete)} incomplete (never pruned)")
+    if result.record:
+        print(f"chain cut recorded in {result.record}")
+    return 0
+
+
+_COMMANDS = {"list": _cmd_list, "show": _cmd_show, "verify": _cmd_verify, "diff": _cmd_diff, "prune": _cmd_prune}
+
+
+def run_archive(args: argparse.Namespace) -> int:
+    """Run a parsed ``archive`` command; returns the exit status. Errors are one line on stderr."""
+    command = getattr(args, "archive_command", None)
+    prog = "draft-head-fp8 archive"
+    if command not in _COMMANDS:
+        print(f"{prog}: error: choose a command: {', '.join(_COMMANDS)} (see `{prog} --help`)", file=sys.stderr)
+        return 2
+    try:
+        arc = Archive(args.root, create=False)
+        return _COMMANDS[command](arc, args)
+    except (ArchiveNotFoundError, UnknownBootError, _BadInput) as exc:
+        hint = f"; run `{prog} list` to see the boots" if isinstance(exc, UnknownBootError) else ""
+        print(f"{prog} {command}: error: {exc}{hint}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `... | head`
+        return 0
+    except (ArchiveError, OSError) as exc:
+        print(f"{prog} {command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: still one line, never a traceback in an operator's terminal
+        print(f"{prog} {command}: internal error ({type(exc).__name__}: {exc}); please report it", file=sys.stderr)
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m draft_head_fp8.archive_cli ARGS`` is ``draft-head-fp8 archive ARGS``."""
+    parser = argparse.ArgumentParser(prog="draft-head-fp8")
+    add_archive_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["archive", *(sys.argv[1:] if argv is None else argv)])
+    return run_archive(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
