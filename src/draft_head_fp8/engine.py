@@ -4,8 +4,9 @@ One engine per process: vLLM loads its plugins once per process, and the plugin 
 then, so a flag-off and a flag-on run need two processes. The demo and the engine tests start this
 module as a subprocess (``python -m draft_head_fp8.engine ...``) and read the facts it writes.
 
-The worker-side functions are module-level so that ``LLM.collective_rpc`` can send them to vLLM's
-worker processes in multiprocess mode too.
+The worker-side functions reach vLLM's workers as a ``worker_extension_cls`` and are called by
+name through ``LLM.collective_rpc``: nothing is pickled between processes, so multiprocess mode
+works without vLLM's insecure-serialization fallback.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ CPU_ENGINE_ENV = {
 
 
 def _runner(worker: Any) -> Any:
-    return getattr(worker, "worker", worker).model_runner
+    return worker.model_runner
 
 
 def _language_model(target: Any) -> Any:
@@ -130,6 +131,19 @@ def read_draft_agreement(worker: Any) -> dict | None:
     return getattr(_runner(worker).drafter.model, "_draft_agreement", None)
 
 
+class EngineFacts:
+    """Mixed into vLLM's worker class (``worker_extension_cls``); ``self`` is the worker."""
+
+    def draft_head_facts(self) -> dict:
+        return worker_facts(self)
+
+    def watch_draft_agreement(self, assistant_dir: str) -> bool:
+        return watch_draft_agreement(self, assistant_dir)
+
+    def read_draft_agreement(self) -> dict | None:
+        return read_draft_agreement(self)
+
+
 def _spec_metrics(llm: Any) -> dict:
     counters: dict[str, float] = {}
     for metric in llm.get_metrics():
@@ -172,22 +186,23 @@ def run(
         dtype="bfloat16",
         seed=0,
         disable_log_stats=False,
+        worker_extension_cls="draft_head_fp8.engine.EngineFacts",
     )
     init_seconds = time.perf_counter() - started
-    after_start = llm.collective_rpc(worker_facts)[0]
+    after_start = llm.collective_rpc("draft_head_facts")[0]
     if draft_agreement:
-        llm.collective_rpc(watch_draft_agreement, args=(assistant,))
+        llm.collective_rpc("watch_draft_agreement", args=(assistant,))
     started = time.perf_counter()
     outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)
     generate_seconds = time.perf_counter() - started
-    after_generate = llm.collective_rpc(worker_facts)[0]
+    after_generate = llm.collective_rpc("draft_head_facts")[0]
     return {
         "flag": os.environ.get("VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"),
         "prompts": prompts,
         "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
         "texts": [o.outputs[0].text for o in outputs],
         "spec_decode": _spec_metrics(llm),
-        "draft_agreement": llm.collective_rpc(read_draft_agreement)[0] if draft_agreement else None,
+        "draft_agreement": llm.collective_rpc("read_draft_agreement")[0] if draft_agreement else None,
         "after_start": after_start,
         "after_generate": after_generate,
         "seconds": {"init": round(init_seconds, 3), "generate": round(generate_seconds, 3)},
