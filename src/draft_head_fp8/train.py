@@ -1,0 +1,679 @@
+"""Train the tiny Gemma 4 target + MTP assistant pair that ships in ``draft_head_fp8/data/tiny_pair``.
+
+Random weights accept no draft tokens, so acceptance evidence needs a pair that was trained. This
+module trains one on CPU in a few minutes, deterministically (seeded, fixed step counts), from
+text that ships with Python itself: the docstrings of the standard library, read from its source.
+Bitwise reproducible for a fixed Python (its stdlib is the corpus), torch version and thread count.
+
+    python -m draft_head_fp8.train OUT [--minutes N] [--seed S]
+
+writes ``OUT/target`` and ``OUT/assistant`` (bf16 safetensors + config + the same byte-level BPE
+tokenizer ``draft_head_fp8.tiny`` trains, saved exactly as ``tiny.save_model`` saves it) and
+``OUT/training.json`` (what was done: corpus, split, steps, losses, an offline acceptance check).
+
+What is trained, and why it matches what vLLM runs
+--------------------------------------------------
+1. **Target** (``Gemma4ForCausalLM``, the shapes of ``tiny.target_config()``): plain next-token
+   cross-entropy on packed ``<bos> doc <eos>`` sequences of stdlib docstrings. The docstrings of
+   one stdlib file in ten are held out (never trained on by either model) and give the benchmark
+   prompts.
+2. **Assistant** (``Gemma4AssistantForCausalLM``, the shapes of ``tiny.assistant_config()``):
+   distilled from the frozen target, unrolled over ``DRAFT_STEPS`` draft steps, computing exactly
+   what vLLM's Gemma 4 MTP proposer computes (``vllm/v1/spec_decode/gemma4.py`` +
+   ``model_executor/models/gemma4_mtp.py``):
+
+   - the query for the draft that follows target position ``i`` sits at position ``i`` (vLLM's
+     ``constant_draft_positions``: every draft step of one proposal reuses that position);
+   - its input is ``pre_projection(cat(E_target(x) * sqrt(backbone_hidden), h))``: ``E_target`` is
+     the *target's* token embedding (the proposer shares it with the draft), ``x`` the token after
+     ``i`` (step 1: the target's own token ``t[i+1]``; step ``k``: the token of step ``k-1``,
+     teacher-forced to ``t[i+k]`` in training), ``h`` the target's final-normed hidden state at ``i``
+     (step 1) or the previous draft step's ``post_projection`` output (steps 2+);
+   - every draft layer is KV-shared: it attends to the K/V the *target's* last layer of the same
+     type (sliding / full) wrote for positions ``0..i`` (causal, inclusive; sliding: the last
+     ``sliding_window`` of them); no draft K/V exists;
+   - logits are the draft's own ``lm_head`` (tied to its draft-dim embedding) on the final-normed
+     draft hidden state;
+   - the label of step ``k`` is the target's distribution at position ``i+k`` (KL(target || draft)),
+     i.e. what the target will say after the token the draft was given: with greedy decoding the
+     draft token is accepted exactly when it is the target's argmax there.
+
+   transformers' own assisted-generation loop (``Gemma4AssistantCandidateGenerator``) places the
+   query one position later and uses bidirectional masks; this trainer follows vLLM, the engine
+   the benchmarks run, and calls the assistant's submodules directly with masks built here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from draft_head_fp8.tiny import TinyPair, assistant_config, save_model, target_config, train_tokenizer
+
+DATA_DIR = Path(__file__).resolve().parent / "data" / "tiny_pair"
+SEQ_LEN = 128
+DRAFT_STEPS = 3
+HELDOUT_EVERY = 10  # modules whose sorted index % HELDOUT_EVERY == HELDOUT_EVERY - 1 are held out
+BOS, EOS, PAD = 2, 1, 0
+
+
+def shipped_pair() -> TinyPair:
+    """The trained pair that ships with the package."""
+    return TinyPair(target=DATA_DIR / "target", assistant=DATA_DIR / "assistant")
+
+
+# --------------------------------------------------------------------------------------------
+# Corpus
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Corpus:
+    train: list[str]
+    heldout: list[str]
+    train_modules: int
+    heldout_modules: int
+
+
+def _file_documents(path: Path) -> list[str]:
+    """Docstrings of a source file's module, classes and functions, in ``ast.walk`` order; a
+    class's or function's docstring is prefixed with its name."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+        return []
+    docs = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node)
+            if doc and doc.strip():
+                name = getattr(node, "name", None)
+                docs.append(f"{name}: {doc.strip()}" if name else doc.strip())
+    return docs
+
+
+def stdlib_docstring_corpus() -> Corpus:
+    """The docstrings (module, classes, functions) of the standard library's top-level ``.py``
+    files, read from source like ``tiny.tokenizer_corpus`` (nothing is imported), one document
+    each, in sorted file order. Files are split, not documents: one file in ``HELDOUT_EVERY`` (by
+    sorted name, among files that have docstrings) is held out of all training."""
+    import sysconfig
+
+    train: list[str] = []
+    heldout: list[str] = []
+    seen_train = seen_heldout = 0
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        docs = _file_documents(path)
+        if not docs:
+            continue
+        if (seen_train + seen_heldout) % HELDOUT_EVERY == HELDOUT_EVERY - 1:
+            heldout.extend(docs)
+            seen_heldout += 1
+        else:
+            train.extend(docs)
+            seen_train += 1
+    return Corpus(train=train, heldout=heldout, train_modules=seen_train, heldout_modules=seen_heldout)
+
+
+def encode_documents(tokenizer, docs: list[str]) -> list[list[int]]:
+    return [tokenizer.encode(doc, add_special_tokens=False) for doc in docs]
+
+
+def pack(token_docs: list[list[int]], seq_len: int = SEQ_LEN):
+    """``<bos> doc <eos>`` streams packed into ``[N, seq_len]`` rows (the tail is dropped)."""
+    import torch
+
+    stream: list[int] = []
+    for ids in token_docs:
+        stream.append(BOS)
+        stream.extend(ids)
+        stream.append(EOS)
+    rows = len(stream) // seq_len
+    return torch.tensor(stream[: rows * seq_len], dtype=torch.long).view(rows, seq_len)
+
+
+def heldout_prompts(tokenizer, corpus: Corpus, *, count: int, prompt_tokens: int, min_doc_tokens: int = 0):
+    """Deterministic benchmark prompts: ``<bos>`` + the first ``prompt_tokens`` tokens of held-out
+    documents, spread evenly over the held-out set."""
+    docs = [d for d in corpus.heldout]
+    encoded = [(d, tokenizer.encode(d, add_special_tokens=False)) for d in docs]
+    long_enough = [(d, ids) for d, ids in encoded if len(ids) >= max(prompt_tokens, min_doc_tokens)]
+    if not long_enough:
+        raise ValueError("no held-out document is long enough for a prompt")
+    stride = max(1, len(long_enough) // count)
+    picked = long_enough[::stride][:count]
+    return [[BOS] + ids[:prompt_tokens] for _, ids in picked]
+
+
+# --------------------------------------------------------------------------------------------
+# The draft computation, as vLLM runs it
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TargetPass:
+    hidden: object  # [B, T, backbone] final-normed
+    shared_kv: dict  # layer type -> (K, V) [B, kv_heads, T, head_dim]
+    logits: object  # [B, T, vocab]
+
+
+def target_pass(target, tokens) -> TargetPass:
+    import torch
+
+    with torch.no_grad():
+        out = target.model(input_ids=tokens, use_cache=False, return_shared_kv_states=True)
+        logits = target.lm_head(out.last_hidden_state)
+        cap = target.config.final_logit_softcapping
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+    return TargetPass(hidden=out.last_hidden_state, shared_kv=dict(out.shared_kv_states), logits=logits)
+
+
+def draft_step(assistant, target, input_ids, hidden, shared_kv, positions, masks, head=None):
+    """One draft step for a block of queries. Returns (draft_hidden normed [.., H_draft],
+    backbone_hidden [.., H_backbone], logits [.., vocab])."""
+    import torch
+
+    embeds = target.model.embed_tokens(input_ids)  # Gemma4TextScaledWordEmbedding: * sqrt(backbone)
+    combined = torch.cat([embeds, hidden], dim=-1)
+    x = assistant.pre_projection(combined)
+    out = assistant.model(
+        inputs_embeds=x,
+        attention_mask=masks,
+        position_ids=positions,
+        shared_kv_states=shared_kv,
+        use_cache=False,
+    )
+    draft_hidden = out.last_hidden_state
+    backbone = assistant.post_projection(draft_hidden)
+    logits = assistant.lm_head(draft_hidden) if head is None else head(draft_hidden)
+    cap = assistant.config.get_text_config().final_logit_softcapping
+    if cap is not None:
+        logits = torch.tanh(logits / cap) * cap
+    return draft_hidden, backbone, logits
+
+
+def unrolled_draft(
+    assistant, target, tokens, tp: TargetPass, steps: int, queries=None, *, teacher_forced=True, hidden_out=None,
+    head=None,
+):
+    """Teacher-forced draft logits, ``steps`` draft steps deep, for query positions ``queries``
+    (``[B, P]`` target positions ``i``; default: every ``i`` with ``i + steps <= T - 1``).
+
+    Step ``k`` of the query at ``i`` gets token ``tokens[i+k]`` and, for ``k = 1``, the target's
+    hidden state at ``i``, else the previous step's backbone output; it attends to target K/V
+    ``0..i``. Queries never see each other (the draft writes no K/V), so any subset of positions
+    can be trained at once. With ``teacher_forced=False``, steps 2+ get the previous step's own
+    argmax instead, as vLLM drafts. ``hidden_out``, a list, receives each step's final-normed draft
+    hidden state (what the draft head is applied to). ``head``, a callable on those hidden states,
+    replaces the assistant's own ``lm_head`` (e.g. an FP8 head). Returns ``(logits per step [B, P, vocab],
+    queries)``."""
+    import torch
+
+    batch, length = tokens.shape
+    if queries is None:
+        queries = torch.arange(length - steps, device=tokens.device).unsqueeze(0).expand(batch, -1)
+    window = assistant.config.get_text_config().sliding_window
+    j = torch.arange(length, device=tokens.device).view(1, 1, length)
+    i = queries.unsqueeze(-1)
+    full = j <= i
+    masks = {"full_attention": full.unsqueeze(1), "sliding_attention": (full & (j > i - window)).unsqueeze(1)}
+    hidden = torch.gather(tp.hidden, 1, queries.unsqueeze(-1).expand(-1, -1, tp.hidden.shape[-1]))
+    all_logits = []
+    ids = torch.gather(tokens, 1, queries + 1)
+    for k in range(1, steps + 1):
+        if k > 1:
+            ids = torch.gather(tokens, 1, queries + k) if teacher_forced else all_logits[-1].argmax(-1)
+        draft_hidden, hidden, logits = draft_step(
+            assistant, target, ids, hidden, tp.shared_kv, queries, masks, head=head
+        )
+        if hidden_out is not None:
+            hidden_out.append(draft_hidden)
+        all_logits.append(logits)
+    return all_logits, queries
+
+
+def distill_loss(draft_logits, queries, tp: TargetPass):
+    """Mean over steps of KL(target || draft), the teacher for step ``k`` of query ``i`` being the
+    target's distribution at ``i + k``; also the top-1 agreement per step."""
+    import torch
+    import torch.nn.functional as F
+
+    losses, agree = [], []
+    vocab = tp.logits.shape[-1]
+    for k, logits in enumerate(draft_logits, start=1):
+        teacher = torch.gather(tp.logits, 1, (queries + k).unsqueeze(-1).expand(-1, -1, vocab))
+        t_logp = F.log_softmax(teacher.float(), dim=-1)
+        s_logp = F.log_softmax(logits.float(), dim=-1)
+        losses.append((t_logp.exp() * (t_logp - s_logp)).sum(-1).mean())
+        agree.append(float((teacher.argmax(-1) == logits.argmax(-1)).float().mean()))
+    return torch.stack(losses).mean(), agree
+
+
+# --------------------------------------------------------------------------------------------
+# Offline acceptance (pure torch): greedy speculative decoding simulated exactly as vLLM steps
+# --------------------------------------------------------------------------------------------
+
+
+def greedy_continuation(target, prompt: list[int], new_tokens: int) -> list[int]:
+    """The target's greedy continuation (stops after ``<eos>``)."""
+    import torch
+
+    with torch.no_grad():
+        out = target.generate(
+            torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD,
+            eos_token_id=EOS,
+        )
+    return out[0, len(prompt) :].tolist()
+
+
+def self_distillation_rows(target, train_data, *, rows: int, prompt_len: int, generator, batch: int = 64):
+    """``rows`` sequences of ``SEQ_LEN`` tokens: a ``prompt_len``-token window of the training data
+    followed by the target's greedy continuation (``<eos>`` suppressed so that rows are full).
+    The draft is trained on these too: at inference it drafts the target's own greedy text."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for start in range(0, rows, batch):
+            n = min(batch, rows - start)
+            pick = torch.randint(0, train_data.shape[0], (n,), generator=generator)
+            offset = int(torch.randint(0, train_data.shape[1] - prompt_len + 1, (1,), generator=generator))
+            prompts = train_data[pick, offset : offset + prompt_len]
+            new = SEQ_LEN - prompt_len
+            seqs = target.generate(
+                prompts, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=PAD,
+                eos_token_id=EOS,
+            )
+            out.append(seqs[:, :SEQ_LEN])
+    return torch.cat(out)
+
+
+def offline_acceptance(
+    target, assistant, prompts: list[list[int]], *, new_tokens: int, steps: int, heads: dict | None = None
+) -> dict:
+    """Greedy speculative decoding simulated in torch, an estimate of what vLLM will measure: the
+    target's greedy continuation of each prompt; a proposal after position ``i`` drafts ``steps``
+    tokens greedily (each from the draft's own previous token); the longest prefix that matches
+    the target is accepted, then the target's bonus token; the next proposal follows position
+    ``i + accepted + 1``. Drafts for every position are computed in one batch (the draft of
+    position ``i`` does not depend on other positions), then the acceptance walk is replayed.
+
+    ``heads``: name -> draft head callable (None: the assistant's own ``lm_head``); all heads are
+    replayed on the same continuations (a paired comparison) and a dict per name is returned.
+    Without ``heads``, the counters of the assistant's own head are returned directly."""
+    import torch
+
+    names = list(heads) if heads else ["lm_head"]
+    counters = {name: {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * steps} for name in names}
+    with torch.no_grad():
+        for prompt in prompts:
+            seq = prompt + greedy_continuation(target, prompt, new_tokens)
+            length = len(seq)
+            if length <= len(prompt):
+                continue
+            tokens = torch.tensor([seq + [PAD] * (steps + 1)])
+            tp = target_pass(target, tokens)
+            queries = torch.arange(len(prompt) - 1, length - 1).unsqueeze(0)
+            for name in names:
+                head = heads[name] if heads else None
+                logits, _ = unrolled_draft(
+                    assistant, target, tokens, tp, steps, queries, teacher_forced=False, head=head
+                )
+                proposal = torch.stack([lg[0].argmax(-1) for lg in logits], dim=1).tolist()  # [P, steps]
+                c = counters[name]
+                i = len(prompt) - 1
+                while i + 1 < length - 1:  # the token after t[i+1] is still to be generated
+                    row = proposal[i - (len(prompt) - 1)]
+                    n_acc = 0
+                    for k in range(1, steps + 1):
+                        if i + 1 + k < length and row[k - 1] == seq[i + 1 + k]:
+                            n_acc += 1
+                            c["per_pos"][k - 1] += 1
+                        else:
+                            break
+                    c["drafts"] += 1
+                    c["draft_tokens"] += steps
+                    c["accepted"] += n_acc
+                    i += n_acc + 1
+
+    def summary(c):
+        d = c["drafts"]
+        return {
+            "num_drafts": d,
+            "num_draft_tokens": c["draft_tokens"],
+            "num_accepted_tokens": c["accepted"],
+            "acceptance_rate": c["accepted"] / c["draft_tokens"] if c["draft_tokens"] else 0.0,
+            "mean_acceptance_length": 1 + c["accepted"] / d if d else 0.0,
+            "accepted_per_position": [p / d if d else 0.0 for p in c["per_pos"]],
+        }
+
+    if not heads:
+        return summary(counters["lm_head"])
+    return {name: summary(c) for name, c in counters.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Schedule:
+    target_steps: int = 700
+    assistant_steps: int = 600
+    batch: int = 16
+    target_lr: float = 3e-3
+    assistant_lr: float = 3e-3
+    warmup: int = 50
+    queries_per_row: int = 48  # draft query positions trained per sequence and step
+    generated_rows: int = 512  # greedy target continuations the draft is also trained on
+    minutes: float = 8.0  # safety cap on the whole run; hitting it is recorded (and not deterministic)
+    log_every: int = 50
+    history: list = field(default_factory=list)
+
+
+def _lr(step: int, total: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _batches(data, batch: int, steps: int, generator):
+    import torch
+
+    n = data.shape[0]
+    order = torch.randperm(n, generator=generator)
+    at = 0
+    for _ in range(steps):
+        if at + batch > n:
+            order = torch.randperm(n, generator=generator)
+            at = 0
+        yield data[order[at : at + batch]]
+        at += batch
+
+
+def train_target(target, data, schedule: Schedule, generator, deadline: float, log) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    opt = torch.optim.AdamW(target.parameters(), lr=schedule.target_lr, betas=(0.9, 0.98), weight_decay=0.01)
+    target.train()
+    done = 0
+    stopped = False
+    running = None
+    for step, batch in enumerate(_batches(data, schedule.batch, schedule.target_steps, generator)):
+        if time.monotonic() > deadline:
+            stopped = True
+            break
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, schedule.target_steps, schedule.target_lr, schedule.warmup)
+        logits = target(input_ids=batch, use_cache=False).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
+        opt.step()
+        value = loss.item()
+        running = value if running is None else 0.9 * running + 0.1 * value
+        done = step + 1
+        if done % schedule.log_every == 0 or done == schedule.target_steps:
+            log(f"target step {done}/{schedule.target_steps} loss {running:.3f}")
+            schedule.history.append({"model": "target", "step": done, "loss": round(running, 4)})
+    target.eval()
+    return {"steps": done, "stopped_by_time_cap": stopped, "final_train_loss": running}
+
+
+def train_assistant(assistant, target, data, generated, schedule: Schedule, generator, deadline: float, log) -> dict:
+    import torch
+
+    for p in target.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(
+        assistant.parameters(), lr=schedule.assistant_lr, betas=(0.9, 0.98), weight_decay=0.01
+    )
+    assistant.train()
+    done = 0
+    stopped = False
+    running = None
+    agree_running = None
+    half = schedule.batch // 2
+    corpus_batches = _batches(data, schedule.batch - half, schedule.assistant_steps, generator)
+    generated_batches = _batches(generated, half, schedule.assistant_steps, generator)
+    for step, (a, b) in enumerate(zip(corpus_batches, generated_batches)):
+        batch = torch.cat([a, b])
+        if time.monotonic() > deadline:
+            stopped = True
+            break
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, schedule.assistant_steps, schedule.assistant_lr, schedule.warmup)
+        tp = target_pass(target, batch)
+        queries = torch.randint(
+            0, batch.shape[1] - DRAFT_STEPS, (batch.shape[0], schedule.queries_per_row), generator=generator
+        )
+        logits, queries = unrolled_draft(assistant, target, batch, tp, DRAFT_STEPS, queries)
+        loss, agree = distill_loss(logits, queries, tp)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(assistant.parameters(), 1.0)
+        opt.step()
+        value = loss.item()
+        running = value if running is None else 0.9 * running + 0.1 * value
+        agree_running = (
+            agree if agree_running is None else [0.9 * a + 0.1 * b for a, b in zip(agree_running, agree)]
+        )
+        done = step + 1
+        if done % schedule.log_every == 0 or done == schedule.assistant_steps:
+            log(
+                f"assistant step {done}/{schedule.assistant_steps} KL {running:.3f} "
+                f"top1 agreement per step {[round(a, 3) for a in agree_running]}"
+            )
+            schedule.history.append(
+                {
+                    "model": "assistant",
+                    "step": done,
+                    "kl": round(running, 4),
+                    "top1_agreement_per_step": [round(a, 4) for a in agree_running],
+                }
+            )
+    assistant.eval()
+    return {
+        "steps": done,
+        "stopped_by_time_cap": stopped,
+        "final_train_kl": running,
+        "final_train_top1_agreement_per_step": agree_running,
+    }
+
+
+def heldout_eval(target, assistant, data, batch: int = 16) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    with torch.no_grad():
+        rows = data[: max(1, min(len(data), 4 * batch))]
+        ce = []
+        kls, agrees = [], []
+        for start in range(0, rows.shape[0], batch):
+            chunk = rows[start : start + batch]
+            tp = target_pass(target, chunk)
+            ce.append(
+                float(F.cross_entropy(tp.logits[:, :-1].reshape(-1, tp.logits.shape[-1]), chunk[:, 1:].reshape(-1)))
+            )
+            logits, queries = unrolled_draft(assistant, target, chunk, tp, DRAFT_STEPS)
+            kl, agree = distill_loss(logits, queries, tp)
+            kls.append(float(kl))
+            agrees.append(agree)
+    return {
+        "target_heldout_ce": sum(ce) / len(ce),
+        "assistant_heldout_kl": sum(kls) / len(kls),
+        "assistant_heldout_top1_agreement_per_step": [
+            sum(a[k] for a in agrees) / len(agrees) for k in range(DRAFT_STEPS)
+        ],
+    }
+
+
+def train_pair(
+    out: str | os.PathLike,
+    *,
+    seed: int = 0,
+    schedule: Schedule | None = None,
+    threads: int | None = 1,
+    eval_prompts: int = 8,
+    log=print,
+) -> TinyPair:
+    """Build the tokenizer, train the target then the assistant, save both (bf16) into
+    ``out/target`` and ``out/assistant``, and write ``out/training.json``."""
+    import torch
+    from transformers import AutoTokenizer, Gemma4AssistantForCausalLM, Gemma4ForCausalLM
+
+    schedule = schedule or Schedule()
+    out = Path(out)
+    pair = TinyPair(target=out / "target", assistant=out / "assistant")
+    for folder in (pair.target, pair.assistant):
+        if folder.exists() and any(folder.iterdir()):
+            raise FileExistsError(f"{folder} already holds files; choose an empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    if threads:
+        torch.set_num_threads(threads)
+    started = time.monotonic()
+    deadline = started + schedule.minutes * 60
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
+        tok_dir = Path(scratch) / "tokenizer"
+        train_tokenizer(tok_dir)
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        corpus = stdlib_docstring_corpus()
+        train_data = pack(encode_documents(tokenizer, corpus.train))
+        heldout_data = pack(encode_documents(tokenizer, corpus.heldout))
+        log(
+            f"corpus: {len(corpus.train)} train docs ({corpus.train_modules} files, "
+            f"{train_data.numel()} tokens), {len(corpus.heldout)} held-out docs "
+            f"({corpus.heldout_modules} files, {heldout_data.numel()} tokens)"
+        )
+        prep_s = time.monotonic() - started
+
+        torch.manual_seed(seed)
+        target = Gemma4ForCausalLM(target_config()).float()
+        assistant = Gemma4AssistantForCausalLM(assistant_config()).float()
+        t0 = time.monotonic()
+        target_info = train_target(target, train_data, schedule, generator, deadline, log)
+        target_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        generated = self_distillation_rows(
+            target, train_data, rows=schedule.generated_rows, prompt_len=32, generator=generator
+        )
+        generate_s = time.monotonic() - t0
+        log(f"self-distillation: {generated.shape[0]} greedy target continuations in {generate_s:.1f}s")
+        t0 = time.monotonic()
+        assistant_info = train_assistant(
+            assistant, target, train_data, generated, schedule, generator, deadline, log
+        )
+        assistant_s = time.monotonic() - t0
+
+        # What vLLM will load: bf16. Evaluate that, not the fp32 training copy.
+        target = target.to(torch.bfloat16).float()
+        assistant = assistant.to(torch.bfloat16).float()
+        t0 = time.monotonic()
+        evaluation = heldout_eval(target, assistant, heldout_data)
+        prompts = heldout_prompts(tokenizer, corpus, count=eval_prompts, prompt_tokens=24)
+        evaluation["offline_acceptance"] = offline_acceptance(
+            target, assistant, prompts, new_tokens=32, steps=DRAFT_STEPS
+        )
+        eval_s = time.monotonic() - t0
+        log(f"held-out: {json.dumps(evaluation)}")
+
+        save_model(target, tok_dir, pair.target)
+        save_model(assistant, tok_dir, pair.assistant)
+
+    record = {
+        "schema": "draft-head-fp8-tiny-pair-training/v1",
+        "seed": seed,
+        "threads": threads,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "corpus": {
+            "source": "docstrings (module, classes, functions) of the Python standard library's "
+            f"top-level .py files, read with ast; one file in {HELDOUT_EVERY} held out",
+            "train_documents": len(corpus.train),
+            "train_files": corpus.train_modules,
+            "train_tokens": int(train_data.numel()),
+            "heldout_documents": len(corpus.heldout),
+            "heldout_files": corpus.heldout_modules,
+            "heldout_tokens": int(heldout_data.numel()),
+            "seq_len": SEQ_LEN,
+        },
+        "schedule": {
+            "target_steps": schedule.target_steps,
+            "assistant_steps": schedule.assistant_steps,
+            "batch": schedule.batch,
+            "target_lr": schedule.target_lr,
+            "assistant_lr": schedule.assistant_lr,
+            "warmup": schedule.warmup,
+            "draft_steps_unrolled": DRAFT_STEPS,
+            "draft_queries_per_row": schedule.queries_per_row,
+            "self_distillation_rows": schedule.generated_rows,
+            "minutes_cap": schedule.minutes,
+        },
+        "target": target_info,
+        "assistant": assistant_info,
+        "evaluation_bf16_weights": evaluation,
+        "seconds": {
+            "corpus_and_tokenizer": round(prep_s, 1),
+            "target": round(target_s, 1),
+            "self_distillation_data": round(generate_s, 1),
+            "assistant": round(assistant_s, 1),
+            "evaluation": round(eval_s, 1),
+            "total": round(time.monotonic() - started, 1),
+        },
+        "history": schedule.history,
+    }
+    (out / "training.json").write_text(json.dumps(record, indent=2) + "\n")
+    return pair
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m draft_head_fp8.train",
+        description="Train the tiny Gemma 4 target + MTP assistant pair on stdlib docstrings (CPU, minutes).",
+    )
+    parser.add_argument("out", help="output folder (gets target/, assistant/, training.json)")
+    parser.add_argument("--minutes", type=float, default=8.0, help="safety cap on the whole run (default 8)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target-steps", type=int, default=Schedule.target_steps)
+    parser.add_argument("--assistant-steps", type=int, default=Schedule.assistant_steps)
+    parser.add_argument("--batch", type=int, default=Schedule.batch)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core machine; results are bitwise "
+                        "reproducible for a fixed thread count)")
+    parser.add_argument("--generated-rows", type=int, default=Schedule.generated_rows)
+    parser.add_argument("--queries-per-row", type=int, default=Schedule.queries_per_row)
+    parser.add_argument("--eval-prompts", type=int, default=8)
+    args = parser.parse_args(argv)
+    schedule = Schedule(
+        target_steps=args.target_steps,
+        assistant_steps=args.assistant_steps,
+        batch=args.batch,
+        generated_rows=args.generated_rows,
+        queries_per_row=args.queries_per_row,
+        minutes=args.minutes,
+        log_every=max(1, min(50, args.target_steps // 10 or 1)),
+    )
+    pair = train_pair(args.out, seed=args.seed, schedule=schedule, threads=args.threads,
+                      eval_prompts=args.eval_prompts)
+    print(f"wrote {pair.target} and {pair.assistant}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
