@@ -5,7 +5,10 @@ provenance hash of the BF16 bytes it was made from.
 Yardstick, in the same run: one plain pass over the BF16 bytes (``w.view(torch.int16).max()``).
 Targets (issue): quantization <= 3 passes, <= 64 MiB extra beyond the 256 MiB FP8 result.
 
-Usage: python bench/head_quantize.py [--runs N] [--json PATH]
+On CUDA (``--device cuda``, the default when one is present) the same pure-torch code runs on the
+GPU; peak extra memory is then torch's allocator peak, and time is synchronized.
+
+Usage: python bench/head_quantize.py [--runs N] [--device cpu|cuda] [--json PATH]
 """
 
 from __future__ import annotations
@@ -22,29 +25,52 @@ from _measure import MIB, environment, interleaved_medians, peak_extra, run_memo
 from draft_head_fp8.fp8 import CHUNK_ELEMENTS, quantize_per_tensor, tensor_sha256  # noqa: E402
 
 VOCAB, HIDDEN = 262144, 1024
-RESULTS = Path(__file__).resolve().parent / "results" / "head_quantize.json"
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def build() -> torch.Tensor:
+def build(device: str) -> torch.Tensor:
     torch.manual_seed(0)
-    return (torch.randn(VOCAB, HIDDEN) * 0.02).to(torch.bfloat16)
+    return (torch.randn(VOCAB, HIDDEN, device=device) * 0.02).to(torch.bfloat16)
+
+
+def synced(fn, device: str):
+    def run():
+        out = fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return out
+    return run
 
 
 def operations(w: torch.Tensor) -> dict:
+    device = w.device.type
     return {
-        "quantize": lambda: quantize_per_tensor(w),
-        "provenance_sha256": lambda: tensor_sha256(w),
-        "yardstick": lambda: w.view(torch.int16).max(),
+        "quantize": synced(lambda: quantize_per_tensor(w), device),
+        "provenance_sha256": synced(lambda: tensor_sha256(w), device),
+        "yardstick": synced(lambda: w.view(torch.int16).max(), device),
     }
+
+
+def cuda_peak_extra(ops: dict) -> dict:
+    out = {}
+    for name, op in ops.items():
+        op()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        op()
+        out[name] = torch.cuda.max_memory_allocated() - before
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", type=Path)
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    w = build()
+    args.json = args.json or RESULTS / ("head_quantize.json" if args.device == "cpu" else f"head_quantize_{args.device}.json")
+    w = build(args.device)
     if args.memory_child:
         import json
 
@@ -57,12 +83,13 @@ def main() -> None:
     assert torch.equal(exact.view(torch.uint8), q.weight.view(torch.uint8)), "not round-to-nearest"
     del exact
     times = interleaved_medians(operations(w), args.runs)
-    memory = run_memory_child(__file__)
+    memory = cuda_peak_extra(operations(w)) if args.device == "cuda" else run_memory_child(__file__, "--device", "cpu")
     fp8_bytes = VOCAB * HIDDEN
     quant, sha, yard = (times[k]["median_s"] for k in ("quantize", "provenance_sha256", "yardstick"))
     extra = memory["quantize"] - fp8_bytes
     result = {
         "benchmark": "head_quantize",
+        "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
         "shape": {"vocab": VOCAB, "hidden": HIDDEN, "bf16_bytes": 2 * fp8_bytes, "fp8_bytes": fp8_bytes},
         "chunk_elements": CHUNK_ELEMENTS,
         **env,
@@ -77,7 +104,7 @@ def main() -> None:
     }
     write_json(args.json, result)
     ms = lambda s: f"{s * 1000:.0f} ms"  # noqa: E731
-    print(f"262144 x 1024 bf16 head -> float8_e4m3fn, torch {env['torch']}, {env['torch_threads']} threads, "
+    print(f"262144 x 1024 bf16 head -> float8_e4m3fn on {result['device']}, torch {env['torch']}, {env['torch_threads']} threads, "
           f"median of {args.runs}, load average at start {env['load_average_at_start'][0]:.2f}")
     print()
     print("| operation | time (median) | passes | peak extra memory |")

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The GPU checks as one prepared run, for a lent machine with torch + CUDA and no vLLM (the device
+# tool copies the working tree only): quantizing a 262144 x 1024 head on the GPU, and the FP8 vs
+# BF16 draft-head matmul against the measured copy-bandwidth floor. Results land in bench/results/
+# and, when $OUT is set (the device tool's output folder), are copied there too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
+python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())"
+python bench/head_quantize.py --device cuda --runs 20
+python bench/head_matmul.py
+if [ -n "${OUT:-}" ]; then cp bench/results/*cuda*.json "$OUT"/; fi
