@@ -33,90 +33,6 @@ FLAG = "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"
 
 
 # ------------------------------------------------------------------------------------------
-# Worker side: one engine per process
-# ------------------------------------------------------------------------------------------
-
-
-def served_head(worker) -> dict:
-    """What the drafter's head is, in the worker, after generation (metadata only)."""
-    runner = getattr(worker, "worker", worker).model_runner
-    drafter = runner.drafter.model
-    head = drafter.lm_head
-    method = head.quant_method
-    kernel = getattr(method, "fp8_linear", None)
-    scale = getattr(head, "weight_scale", None)
-    target = runner.model.get_language_model() if hasattr(runner.model, "get_language_model") else runner.model
-    return {
-        "drafter_class": f"{type(drafter).__module__}.{type(drafter).__name__}",
-        "draft_head_method": type(method).__name__,
-        "draft_head_kernel": None if kernel is None else type(kernel).__name__,
-        "draft_head_dtype": str(head.weight.dtype),
-        "draft_head_shape": [int(d) for d in head.weight.shape],
-        "draft_head_scale": None if scale is None else float(scale.reshape(-1)[0]),
-        "target_head_method": type(target.lm_head.quant_method).__name__,
-        "target_head_dtype": str(target.lm_head.weight.dtype),
-    }
-
-
-def spec_metrics(llm) -> dict:
-    out: dict = {}
-    for metric in llm.get_metrics():
-        if not metric.name.startswith("vllm:spec_decode_"):
-            continue
-        key = metric.name.removeprefix("vllm:spec_decode_")
-        if hasattr(metric, "values"):
-            out[key] = [int(v) for v in metric.values]
-        elif hasattr(metric, "value"):
-            out[key] = int(metric.value)
-    drafts = out.get("num_drafts", 0)
-    draft_tokens = out.get("num_draft_tokens", 0)
-    accepted = out.get("num_accepted_tokens", 0)
-    out["acceptance_rate"] = accepted / draft_tokens if draft_tokens else None
-    out["mean_acceptance_length"] = 1 + accepted / drafts if drafts else None
-    per_pos = out.get("num_accepted_tokens_per_pos")
-    out["acceptance_per_position"] = [p / drafts for p in per_pos] if per_pos and drafts else None
-    return out
-
-
-def worker_main(args) -> int:
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    prompts = json.loads(Path(args.prompts_file).read_text())
-    started = time.perf_counter()
-    llm = LLM(
-        model=str(args.target),
-        speculative_config={
-            "method": "mtp",
-            "model": str(args.assistant),
-            "num_speculative_tokens": args.spec_tokens,
-        },
-        distributed_executor_backend="uni",
-        kv_cache_memory_bytes=64 << 20,
-        enforce_eager=True,
-        max_model_len=256,
-        dtype="bfloat16",
-        seed=0,
-        disable_log_stats=False,
-    )
-    init_s = time.perf_counter() - started
-    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    started = time.perf_counter()
-    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-    generate_s = time.perf_counter() - started
-    result = {
-        "flag": os.environ.get(FLAG),
-        "spec_decode": spec_metrics(llm),
-        "served": llm.collective_rpc(served_head)[0],
-        "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
-        "texts": [o.outputs[0].text for o in outputs],
-        "seconds": {"engine_init": round(init_s, 2), "generate": round(generate_s, 2)},
-    }
-    Path(args.result).write_text(json.dumps(result) + "\n")
-    return 0
-
-
-# ------------------------------------------------------------------------------------------
 # Driver
 # ------------------------------------------------------------------------------------------
 
@@ -191,11 +107,12 @@ def run_config(name: str, fp8: bool, args, prompts_file: Path, scratch: Path) ->
         }
     )
     result = scratch / f"{name}.json"
+    # One engine per process, run by the package's own engine driver (the demo's and the tests').
     cmd = [
-        sys.executable, str(Path(__file__).resolve()), "--worker",
+        sys.executable, "-m", "draft_head_fp8.engine",
         "--target", str(args.target), "--assistant", str(args.assistant),
-        "--prompts-file", str(prompts_file), "--result", str(result),
-        "--max-tokens", str(args.max_tokens), "--spec-tokens", str(args.spec_tokens),
+        "--prompt-token-ids", str(prompts_file), "--ignore-eos", "--out", str(result),
+        "--max-tokens", str(args.max_tokens), "--speculative-tokens", str(args.spec_tokens),
     ]
     started = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=scratch, capture_output=True, text=True, timeout=args.timeout)
@@ -204,6 +121,7 @@ def run_config(name: str, fp8: bool, args, prompts_file: Path, scratch: Path) ->
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
         raise SystemExit(f"{name} run failed with exit status {proc.returncode}")
     data = json.loads(result.read_text())
+    data["served"] = data.pop("after_generate")  # what the worker served, read after generation
     data["seconds"]["process"] = round(wall, 2)
     receipts = sorted((scratch / f"archive-{name}").rglob("post_share-rank0.json"))
     data["receipt"] = None
@@ -254,12 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec-tokens", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per engine run")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "acceptance.json")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--prompts-file", help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        return worker_main(args)
 
     started = time.perf_counter()
     prompts = build_prompts(args.target, args.prompts, args.prompt_tokens)

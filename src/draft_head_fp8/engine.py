@@ -144,32 +144,43 @@ class EngineFacts:
         return read_draft_agreement(self)
 
 
-def _spec_metrics(llm: Any) -> dict:
-    counters: dict[str, float] = {}
+def spec_metrics(llm: Any) -> dict:
+    """vLLM's own speculative-decoding counters, and the rates people quote from them."""
+    counters: dict[str, Any] = {}
     for metric in llm.get_metrics():
-        if metric.name.startswith("vllm:spec_decode_num_") and hasattr(metric, "value"):
-            counters[metric.name.removeprefix("vllm:spec_decode_")] = float(metric.value)
-    drafts = counters.get("num_drafts", 0.0)
-    draft_tokens = counters.get("num_draft_tokens", 0.0)
-    accepted = counters.get("num_accepted_tokens", 0.0)
+        if not metric.name.startswith("vllm:spec_decode_num_"):
+            continue
+        key = metric.name.removeprefix("vllm:spec_decode_")
+        if hasattr(metric, "values"):  # per draft position
+            counters[key] = [int(v) for v in metric.values]
+        elif hasattr(metric, "value"):
+            counters[key] = int(metric.value)
+    drafts = counters.get("num_drafts", 0)
+    draft_tokens = counters.get("num_draft_tokens", 0)
+    accepted = counters.get("num_accepted_tokens", 0)
+    per_position = counters.get("num_accepted_tokens_per_pos")
     return {
         **counters,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
         # vLLM's convention: the bonus token plus the accepted draft tokens, per draft.
         "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+        "acceptance_per_position": [p / drafts for p in per_position] if per_position and drafts else None,
     }
 
 
 def run(
     target: str,
     assistant: str,
-    prompts: list[str],
+    prompts: list[str] | list[list[int]],
     *,
     max_tokens: int = 24,
     speculative_tokens: int = 2,
     draft_agreement: bool = False,
+    ignore_eos: bool = False,
 ) -> dict:
+    """``prompts``: texts, or token id lists (given to vLLM as ``TokensPrompt``)."""
     from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
 
     started = time.perf_counter()
     llm = LLM(
@@ -193,7 +204,9 @@ def run(
     if draft_agreement:
         llm.collective_rpc("watch_draft_agreement", args=(assistant,))
     started = time.perf_counter()
-    outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)
+    inputs = [p if isinstance(p, str) else TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+    outputs = llm.generate(inputs, params, use_tqdm=False)
     generate_seconds = time.perf_counter() - started
     after_generate = llm.collective_rpc("draft_head_facts")[0]
     return {
@@ -201,7 +214,7 @@ def run(
         "prompts": prompts,
         "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
         "texts": [o.outputs[0].text for o in outputs],
-        "spec_decode": _spec_metrics(llm),
+        "spec_decode": spec_metrics(llm),
         "draft_agreement": llm.collective_rpc("read_draft_agreement")[0] if draft_agreement else None,
         "after_start": after_start,
         "after_generate": after_generate,
@@ -217,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", required=True)
     parser.add_argument("--assistant", required=True)
     parser.add_argument("--prompt", action="append", help="repeatable; default: a few fixed prompts")
+    parser.add_argument("--prompt-token-ids", metavar="FILE", help="JSON list of token id lists, instead of --prompt")
+    parser.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--speculative-tokens", type=int, default=2)
     parser.add_argument("--draft-agreement", action="store_true")
@@ -224,13 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for key, value in CPU_ENGINE_ENV.items():
         os.environ.setdefault(key, value)
+    prompts = json.loads(Path(args.prompt_token_ids).read_text()) if args.prompt_token_ids else None
     facts = run(
         args.target,
         args.assistant,
-        args.prompt or DEFAULT_PROMPTS,
+        prompts or args.prompt or DEFAULT_PROMPTS,
         max_tokens=args.max_tokens,
         speculative_tokens=args.speculative_tokens,
         draft_agreement=args.draft_agreement,
+        ignore_eos=args.ignore_eos,
     )
     Path(args.out).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
     return 0
