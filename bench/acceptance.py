@@ -122,6 +122,7 @@ def run_config(name: str, fp8: bool, args, prompts_file: Path, scratch: Path) ->
         raise SystemExit(f"{name} run failed with exit status {proc.returncode}")
     data = json.loads(result.read_text())
     data["served"] = data.pop("after_generate")  # what the worker served, read after generation
+    data.pop("prompts")  # the prompts are recorded once, by digest, in the result
     data["seconds"]["process"] = round(wall, 2)
     receipts = sorted((scratch / f"archive-{name}").rglob("post_share-rank0.json"))
     data["receipt"] = None
