@@ -136,6 +136,16 @@ def save_model(model, tokenizer_dir: Path, out: Path) -> None:
     )
 
 
+def new_pair_folders(out: Path) -> TinyPair:
+    """``out/target`` and ``out/assistant`` to write into; never into folders that hold files."""
+    pair = TinyPair(target=out / "target", assistant=out / "assistant")
+    for folder in (pair.target, pair.assistant):
+        if folder.exists() and any(folder.iterdir()):
+            raise FileExistsError(f"{folder} already holds files; choose an empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    return pair
+
+
 def build_tiny_pair(
     out: str | os.PathLike,
     *,
@@ -148,11 +158,7 @@ def build_tiny_pair(
     from transformers import Gemma4AssistantForCausalLM, Gemma4ForCausalLM
 
     out = Path(out)
-    pair = TinyPair(target=out / "target", assistant=out / "assistant")
-    for folder in (pair.target, pair.assistant):
-        if folder.exists() and any(folder.iterdir()):
-            raise FileExistsError(f"{folder} already holds files; choose an empty folder")
-    out.mkdir(parents=True, exist_ok=True)
+    pair = new_pair_folders(out)
     torch.manual_seed(seed)
     with tempfile.TemporaryDirectory(dir=out) as scratch:
         tok_dir = Path(scratch) / "tokenizer"

@@ -55,7 +55,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from draft_head_fp8.tiny import TinyPair, assistant_config, save_model, target_config, train_tokenizer
+from draft_head_fp8.tiny import (
+    TinyPair,
+    assistant_config,
+    new_pair_folders,
+    save_model,
+    target_config,
+    train_tokenizer,
+)
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "tiny_pair"
 SEQ_LEN = 128
@@ -538,11 +545,7 @@ def train_pair(
 
     schedule = schedule or Schedule()
     out = Path(out)
-    pair = TinyPair(target=out / "target", assistant=out / "assistant")
-    for folder in (pair.target, pair.assistant):
-        if folder.exists() and any(folder.iterdir()):
-            raise FileExistsError(f"{folder} already holds files; choose an empty folder")
-    out.mkdir(parents=True, exist_ok=True)
+    pair = new_pair_folders(out)
     if threads:
         torch.set_num_threads(threads)
     started = time.monotonic()
