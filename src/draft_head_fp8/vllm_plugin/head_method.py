@@ -55,19 +55,28 @@ LAYOUT_KEEPING_KERNELS = frozenset(
 )
 
 
-def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig) -> tuple[type, str]:
+def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig) -> tuple[type, str | None]:
     """vLLM's own kernel choice, in vLLM's order of preference, over the layout-keeping kernels.
 
     Returns the kernel class and the name vLLM would have chosen without the restriction.
     """
     platform_kernels = _POSSIBLE_FP8_KERNELS.get(current_platform._enum, [])
-    unrestricted = choose_scaled_mm_linear_kernel(
-        config, _POSSIBLE_FP8_KERNELS, quantization="fp8_w8a8"
-    ).__name__
+    try:
+        unrestricted = choose_scaled_mm_linear_kernel(
+            config, _POSSIBLE_FP8_KERNELS, quantization="fp8_w8a8"
+        ).__name__
+    except ValueError:
+        unrestricted = None
     kept = [k for k in platform_kernels if k.__name__ in LAYOUT_KEEPING_KERNELS]
-    chosen = choose_scaled_mm_linear_kernel(
-        config, {current_platform._enum: kept}, quantization="fp8_w8a8"
-    )
+    try:
+        chosen = choose_scaled_mm_linear_kernel(
+            config, {current_platform._enum: kept}, quantization="fp8_w8a8"
+        )
+    except ValueError as exc:
+        raise HeadFp8EligibilityError(
+            f"no FP8 kernel that keeps the [hidden, vocab] layout the receipt proves can run here "
+            f"(tried {[k.__name__ for k in kept]}; vLLM says: {exc})"
+        ) from None
     return chosen, unrestricted
 
 
