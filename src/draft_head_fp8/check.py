@@ -71,24 +71,20 @@ def _describe(path: str | os.PathLike, config: dict) -> dict:
     }
 
 
+def _gemma4(path: str | os.PathLike, types: tuple[str, ...], what: str) -> dict:
+    config = read_config(path)
+    if config.get("model_type") not in types:
+        raise CheckpointError(
+            f"{path}: model_type {config.get('model_type')!r} is not a {what} ({' or '.join(types)}); "
+            "draft-head-fp8 serves only those"
+        )
+    return _describe(path, config)
+
+
 def check_assistant(assistant_dir: str | os.PathLike, target_dir: str | os.PathLike | None = None) -> CheckResult:
     """Raises ``CheckpointError`` for a folder that is missing, unreadable or not Gemma 4."""
-    config = read_config(assistant_dir)
-    if config.get("model_type") not in ASSISTANT_TYPES:
-        raise CheckpointError(
-            f"{assistant_dir}: model_type {config.get('model_type')!r} is not a Gemma 4 MTP assistant "
-            f"({' or '.join(ASSISTANT_TYPES)}); draft-head-fp8 serves only those"
-        )
-    assistant = _describe(assistant_dir, config)
-    target = None
-    if target_dir is not None:
-        target_config = read_config(target_dir)
-        if target_config.get("model_type") not in TARGET_TYPES:
-            raise CheckpointError(
-                f"{target_dir}: model_type {target_config.get('model_type')!r} is not a Gemma 4 target "
-                f"({' or '.join(TARGET_TYPES)})"
-            )
-        target = _describe(target_dir, target_config)
+    assistant = _gemma4(assistant_dir, ASSISTANT_TYPES, "Gemma 4 MTP assistant")
+    target = None if target_dir is None else _gemma4(target_dir, TARGET_TYPES, "Gemma 4 target")
 
     decision = eligibility(
         layer=None,

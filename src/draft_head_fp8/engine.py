@@ -55,6 +55,7 @@ def worker_facts(worker: Any) -> dict:
     drafter = runner.drafter.model
     head = drafter.lm_head
     method = head.quant_method
+    kernel = getattr(method, "fp8_linear", None)
     embed = target.model.embed_tokens.weight
     scale = getattr(head, "weight_scale", None)
     entry = ModelRegistry.models.get("Gemma4MTPModel")
@@ -75,9 +76,7 @@ def worker_facts(worker: Any) -> dict:
         "target_head_is_target_embed": target.lm_head.weight is embed,
         "draft_embed_is_target_embed": drafter.model.embed_tokens.weight is embed,
         "draft_head_method": type(method).__name__,
-        "draft_head_kernel": type(getattr(method, "fp8_linear", None)).__name__
-        if getattr(method, "fp8_linear", None) is not None
-        else None,
+        "draft_head_kernel": None if kernel is None else type(kernel).__name__,
         "draft_head_dtype": str(head.weight.dtype),
         "draft_head_shape": [int(d) for d in head.weight.shape],
         "draft_head_scale": None if scale is None else float(scale.reshape(-1)[0]),
@@ -87,14 +86,10 @@ def worker_facts(worker: Any) -> dict:
 
 
 def _registry_name(entry: Any) -> str | None:
+    # vLLM registers both the built-in and ours lazily, as "module:Class".
     if entry is None:
         return None
-    module = getattr(entry, "module_name", None)
-    cls = getattr(entry, "class_name", None)
-    if module and cls:
-        return f"{module}:{cls}"
-    model_cls = getattr(entry, "model_cls", None) or getattr(entry, "interfaces", None)
-    return repr(model_cls if model_cls is not None else entry)
+    return f"{getattr(entry, 'module_name', '?')}:{getattr(entry, 'class_name', repr(entry))}"
 
 
 def watch_draft_agreement(worker: Any, assistant_dir: str) -> bool:
