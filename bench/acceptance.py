@@ -1,6 +1,6 @@
 """Speculative-decoding acceptance on the real vLLM engine: BF16 draft head vs FP8 draft head.
 
-    python bench/acceptance.py [--prompts 24] [--max-tokens 64] [--spec-tokens 3]
+    python -m bench.acceptance [--prompts 24] [--max-tokens 64] [--spec-tokens 3]
 
 Runs vLLM (CPU build works) with the trained tiny Gemma 4 pair that ships in
 ``draft_head_fp8/data/tiny_pair`` (target + MTP assistant, ``method="mtp"``), greedy, over the same
@@ -14,7 +14,7 @@ identical between the two runs, and, for the FP8 run, what the worker actually s
 dtype/method/kernel) plus the archived post-share receipt. Writes bench/results/acceptance.json.
 
 Prompts: ``<bos>`` + the first 24 tokens of docstrings from stdlib files that were held out of
-training (``draft_head_fp8.train``), so the pair never saw them.
+training (``tools/corpus.py``), so the pair never saw them.
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLAG = "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"
 
 
 # ------------------------------------------------------------------------------------------
@@ -40,14 +38,14 @@ FLAG = "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"
 def build_prompts(target_dir: Path, count: int, prompt_tokens: int) -> list[list[int]]:
     from transformers import AutoTokenizer
 
-    from draft_head_fp8.train import heldout_prompts, stdlib_docstring_corpus
+    from tools.corpus import heldout_prompts, stdlib_docstring_corpus
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     return heldout_prompts(tokenizer, stdlib_docstring_corpus(), count=count, prompt_tokens=prompt_tokens)
 
 
 def offline_paired(args, prompts: list[list[int]]) -> dict:
-    """The same greedy speculative decoding simulated in torch (``train.offline_acceptance``),
+    """The same greedy speculative decoding simulated in torch (``draft_replay.offline_acceptance``),
     replayed with the BF16 head and the FP8 head on *the same* target continuations: a paired
     comparison, free of the run-to-run noise of two engine runs. The FP8 head is the plugin's
     quantization with ``_scaled_mm`` semantics emulated in float32 (``bench/fidelity.py``)."""
@@ -55,11 +53,9 @@ def offline_paired(args, prompts: list[list[int]]) -> dict:
     import torch.nn.functional as F
     from transformers import Gemma4AssistantForCausalLM, Gemma4ForCausalLM
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from fidelity import fp8_head_emulated
-
-    from draft_head_fp8 import train
+    from bench.heads import fp8_emulated
     from draft_head_fp8.fp8 import quantize_per_tensor
+    from tools.draft_replay import offline_acceptance
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -76,9 +72,9 @@ def offline_paired(args, prompts: list[list[int]]) -> dict:
 
     def fp8_head(h):
         flat = h.reshape(-1, h.shape[-1]).to(torch.bfloat16)
-        return fp8_head_emulated(flat, quant.weight, quant.scale).view(*h.shape[:-1], -1)
+        return fp8_emulated(flat, quant.weight, quant.scale).view(*h.shape[:-1], -1)
 
-    result = train.offline_acceptance(
+    result = offline_acceptance(
         target, assistant, prompts, new_tokens=args.max_tokens, steps=args.spec_tokens,
         heads={"bf16": bf16_head, "fp8": fp8_head},
     )
@@ -88,65 +84,54 @@ def offline_paired(args, prompts: list[list[int]]) -> dict:
 
 
 def run_config(name: str, fp8: bool, args, prompts_file: Path, scratch: Path) -> dict:
-    env = dict(os.environ)
-    env.pop(FLAG, None)
-    if fp8:
-        env[FLAG] = "1"
-    cache = scratch / f"cache-{name}"
-    cache.mkdir()
-    env.update(
-        {
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "OMP_NUM_THREADS": "1",
-            "VLLM_CACHE_ROOT": str(cache),
-            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-            "TMPDIR": str(cache),
-            "DRAFT_HEAD_FP8_ARCHIVE": str(scratch / f"archive-{name}"),
-            "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
-        }
-    )
-    result = scratch / f"{name}.json"
-    # One engine per process, run by the package's own engine driver (the demo's and the tests').
-    cmd = [
-        sys.executable, "-m", "draft_head_fp8.engine",
-        "--target", str(args.target), "--assistant", str(args.assistant),
-        "--prompt-token-ids", str(prompts_file), "--ignore-eos", "--out", str(result),
-        "--max-tokens", str(args.max_tokens), "--speculative-tokens", str(args.spec_tokens),
-    ]
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=scratch, capture_output=True, text=True, timeout=args.timeout)
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
-        raise SystemExit(f"{name} run failed with exit status {proc.returncode}")
-    data = json.loads(result.read_text())
-    data["served"] = data.pop("after_generate")  # what the worker served, read after generation
+    from draft_head_fp8 import harness
+    from draft_head_fp8.archive import Archive
+    from draft_head_fp8.evidence import diagnostics_path, receipt_path
+
+    archive = scratch / f"archive-{name}"
+    env = harness.engine_env(scratch / f"cache-{name}", flag=fp8, archive=archive)
+    env["VLLM_LOGGING_LEVEL"] = os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")
+    run = harness.launch(
+        args.target,
+        args.assistant,
+        env=env,
+        out=scratch / f"{name}.json",
+        cwd=scratch,
+        timeout=args.timeout,
+        args=(
+            "--prompt-token-ids", str(prompts_file), "--ignore-eos",
+            "--max-tokens", str(args.max_tokens), "--speculative-tokens", str(args.spec_tokens),
+        ),
+    )  # fmt: skip
+    if not run.ok:
+        sys.stderr.write(run.tail(60) + "\n")
+        raise SystemExit(f"{name} run failed with exit status {run.returncode}")
+    data = run.facts
+    data["served"] = data.pop("after_generate")["receipt"]  # what the worker served, read after
+    data.pop("after_start")
     data.pop("prompts")  # the prompts are recorded once, by digest, in the result
-    data["seconds"]["process"] = round(wall, 2)
-    receipts = sorted((scratch / f"archive-{name}").rglob("post_share-rank0.json"))
-    data["receipt"] = None
-    for path in receipts:
-        if path.parent.name == "receipts":
-            receipt = json.loads(path.read_text())
-            data["receipt"] = {
-                k: receipt.get(k)
-                for k in ("schema", "phase", "eligible", "eligibility_reason", "head_method",
-                          "head_kernel", "quant_spec", "head_tp_size", "target_lm_head_method",
-                          "head_weight_is_draft_embed", "draft_embed_weight_is_target_embed")
-            }
-            data["receipt"]["head_weight_dtype"] = (receipt.get("head_weight") or {}).get("dtype")
-            data["receipt"]["head_weight_shape"] = (receipt.get("head_weight") or {}).get("shape")
-        elif path.parent.name == "diagnostics":
-            diag = json.loads(path.read_text())
-            head = diag.get("head", {})
-            data["diagnostics"] = {
-                "validation": diag.get("validation"),
-                "provenance_verified": head.get("provenance_verified"),
-                "row_amax_ratio": head.get("row_amax_ratio"),
-                "scale": head.get("scale"),
-                "kernel": head.get("kernel"),
-            }
+    data["seconds"]["process"] = round(run.seconds, 2)
+    data["receipt"] = data["diagnostics"] = None
+    boots = Archive(archive).boots() if archive.exists() else []
+    if boots:
+        receipt = json.loads(boots[-1].read_bytes(receipt_path(0)))
+        data["receipt"] = {
+            k: receipt.get(k)
+            for k in ("schema", "phase", "eligible", "eligibility_reason", "head_method",
+                      "head_kernel", "quant_spec", "head_tp_size", "target_lm_head_method",
+                      "head_weight_is_draft_embed", "draft_embed_weight_is_target_embed")
+        }  # fmt: skip
+        data["receipt"]["head_weight_dtype"] = (receipt.get("head_weight") or {}).get("dtype")
+        data["receipt"]["head_weight_shape"] = (receipt.get("head_weight") or {}).get("shape")
+        diag = json.loads(boots[-1].read_bytes(diagnostics_path(0)))
+        head = diag.get("head", {})
+        data["diagnostics"] = {
+            "validation": diag.get("validation"),
+            "provenance_verified": head.get("provenance_verified"),
+            "row_amax_ratio": head.get("row_amax_ratio"),
+            "scale": head.get("scale"),
+            "kernel": head.get("kernel"),
+        }
     return data
 
 
@@ -161,7 +146,7 @@ def table(rows: list[tuple[str, ...]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from draft_head_fp8.train import shipped_pair
+    from draft_head_fp8.tiny import shipped_pair
 
     pair = shipped_pair()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -211,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             offline["fp8"]["acceptance_rate"] / offline["bf16"]["acceptance_rate"]
             if offline["bf16"]["acceptance_rate"] else None
         ),
-        "fp8_head_served": fp8["served"]["draft_head_dtype"] == "torch.float8_e4m3fn",
-        "bf16_head_served": bf16["served"]["draft_head_dtype"] == "torch.bfloat16",
+        "fp8_head_served": fp8["served"]["head_weight"]["dtype"] == "torch.float8_e4m3fn",
+        "bf16_head_served": bf16["served"]["head_weight"]["dtype"] == "torch.bfloat16",
     }
     record = {
         "schema": "draft-head-fp8-bench-acceptance/v1",
@@ -252,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, run in (("BF16", bf16), ("FP8", fp8)):
         m = run["spec_decode"]
         rows.append((
-            f"{name} ({run['served']['draft_head_dtype'].removeprefix('torch.')}, "
-            f"{run['served']['draft_head_method']})",
+            f"{name} ({run['served']['head_weight']['dtype'].removeprefix('torch.')}, "
+            f"{run['served']['head_method']})",
             str(m.get("num_drafts")), str(m.get("num_draft_tokens")), str(m.get("num_accepted_tokens")),
             f(m["acceptance_rate"]), f(m["mean_acceptance_length"], "{:.3f}"),
             "/".join(f"{p:.3f}" for p in (m["acceptance_per_position"] or [])),

@@ -31,7 +31,7 @@ TARGET_RATIO = 0.80
 
 
 def receipt_bytes(i: int) -> bytes:
-    """A ~4 KiB post-share receipt shaped like SPEC section 3's (values vary per boot)."""
+    """A ~4 KiB post-share receipt shaped like a v2 receipt (values vary per boot)."""
     snap = lambda dtype, shape: {"dtype": dtype, "shape": shape, "device": "cuda:0", "numel": shape[0] * shape[-1],  # noqa: E731
                                  "data_ptr": 140000000000 + i * 4096, "finite": True, "positive_scalar": None}
     receipt = {

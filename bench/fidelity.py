@@ -1,6 +1,6 @@
 """Fidelity of the FP8 draft head against the BF16 head of the same weights.
 
-    python bench/fidelity.py [--vocab 262144] [--hidden 1024] [--ratios 1 10 100 1000 10000]
+    python -m bench.fidelity [--vocab 262144] [--hidden 1024] [--ratios 1 10 100 1000 10000]
 
 The FP8 head is computed exactly as the plugin serves it: ``draft_head_fp8.fp8.quantize_per_tensor``
 (weight scale = amax / 448, round-to-nearest, saturating e4m3fn), then vLLM's
@@ -22,7 +22,7 @@ KL(softmax(bf16) || softmax(fp8)), max and mean |logit error|.
 
 (a) The real tiny pair (``draft_head_fp8/data/tiny_pair``): hidden states are the assistant's
 final-normed draft hidden states (what vLLM feeds the head), computed in pure torch/transformers
-with ``draft_head_fp8.train`` on held-out prompts followed by the target's greedy continuation,
+with ``tools.draft_replay`` on held-out prompts followed by the target's greedy continuation,
 three free-running draft steps per position, as vLLM drafts.
 
 (b) Synthetic heavy-tailed heads, vocab x hidden (default 262144 x 1024, the Gemma 4 assistant
@@ -45,56 +45,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from draft_head_fp8.fp8 import FP8_E4M3_MAX, quantize_per_tensor
+from bench import heads
+from draft_head_fp8.fp8 import quantize_per_tensor
 
 ROOT = Path(__file__).resolve().parent.parent
-MIN_ACT_SCALE = 1.0 / (FP8_E4M3_MAX * 512.0)  # vLLM's _FP8_MIN_SCALING_FACTOR
-
-
-# ------------------------------------------------------------------------------------------
-# The two heads
-# ------------------------------------------------------------------------------------------
-
-
-def quantize_activation(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """vLLM ``QuantFP8`` dynamic per-tensor (forward_native, what runs on CPU)."""
-    x_max = x.abs().max().unsqueeze(-1).to(torch.float32)
-    scale = (x_max / FP8_E4M3_MAX).clamp(min=MIN_ACT_SCALE)
-    q = (x.to(torch.float32) * scale.reciprocal()).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
-    return q, scale
-
-
-def fp8_head_emulated(x: torch.Tensor, w_fp8: torch.Tensor, w_scale: torch.Tensor, chunk: int = 32768):
-    """``_scaled_mm`` semantics in float32 (exact products, float32 accumulation), bf16 out.
-    ``w_fp8`` is the contiguous ``[vocab, hidden]`` FP8 weight."""
-    q, sx = quantize_activation(x)
-    qf = q.to(torch.float32)
-    scale = (sx * w_scale).to(torch.float32)
-    out = torch.empty(x.shape[0], w_fp8.shape[0], dtype=torch.bfloat16)
-    for start in range(0, w_fp8.shape[0], chunk):
-        w = w_fp8[start : start + chunk].to(torch.float32)
-        out[:, start : start + chunk] = ((qf @ w.t()) * scale).to(torch.bfloat16)
-    return out
-
-
-def fp8_head_scaled_mm(x: torch.Tensor, w_fp8: torch.Tensor, w_scale: torch.Tensor):
-    """Exactly the kernel's call: the ``[hidden, vocab]`` operand is ``.t()`` of the contiguous
-    ``[vocab, hidden]`` FP8 weight (column-major, as ``_scaled_mm`` wants it)."""
-    q, sx = quantize_activation(x)
-    out = torch._scaled_mm(q, w_fp8.t(), scale_a=sx, scale_b=w_scale, out_dtype=torch.bfloat16)
-    return out[0] if isinstance(out, tuple) else out
-
-
-def bf16_head(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return F.linear(x.to(torch.bfloat16), w.to(torch.bfloat16))
-
-
-def fp32_head(x: torch.Tensor, w: torch.Tensor, chunk: int = 32768) -> torch.Tensor:
-    xf = x.to(torch.float32)
-    out = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32)
-    for start in range(0, w.shape[0], chunk):
-        out[:, start : start + chunk] = xf @ w[start : start + chunk].to(torch.float32).t()
-    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -178,28 +132,28 @@ def fp8_exponent_stats(w_fp8: torch.Tensor, keep_rows: torch.Tensor | None = Non
 def real_pair_hidden_states(prompts: int, new_tokens: int, pair_dir: Path | None = None):
     from transformers import AutoTokenizer, Gemma4AssistantForCausalLM, Gemma4ForCausalLM
 
-    from draft_head_fp8 import train
-    from draft_head_fp8.tiny import TinyPair
+    from draft_head_fp8.tiny import TinyPair, shipped_pair
+    from tools import corpus, draft_replay
 
-    pair = train.shipped_pair() if pair_dir is None else TinyPair(pair_dir / "target", pair_dir / "assistant")
+    pair = shipped_pair() if pair_dir is None else TinyPair(pair_dir / "target", pair_dir / "assistant")
     tokenizer = AutoTokenizer.from_pretrained(pair.target)
     target = Gemma4ForCausalLM.from_pretrained(pair.target, dtype=torch.bfloat16).float().eval()
     assistant = Gemma4AssistantForCausalLM.from_pretrained(pair.assistant, dtype=torch.bfloat16).eval()
     head_w = assistant.lm_head.weight.detach().to(torch.bfloat16).clone()  # tied: the draft embedding
     assistant = assistant.float()
-    prompt_ids = train.heldout_prompts(
-        tokenizer, train.stdlib_docstring_corpus(), count=prompts, prompt_tokens=24
+    prompt_ids = corpus.heldout_prompts(
+        tokenizer, corpus.stdlib_docstring_corpus(), count=prompts, prompt_tokens=24
     )
     hidden: list[torch.Tensor] = []
     with torch.no_grad():
         for prompt in prompt_ids:
-            seq = prompt + train.greedy_continuation(target, prompt, new_tokens)
-            tokens = torch.tensor([seq + [train.PAD] * (train.DRAFT_STEPS + 1)])
-            tp = train.target_pass(target, tokens)
+            seq = prompt + draft_replay.greedy_continuation(target, prompt, new_tokens)
+            tokens = torch.tensor([seq + [corpus.PAD] * (draft_replay.DRAFT_STEPS + 1)])
+            tp = draft_replay.target_pass(target, tokens)
             queries = torch.arange(len(prompt) - 1, len(seq) - 1).unsqueeze(0)
             steps: list[torch.Tensor] = []
-            train.unrolled_draft(
-                assistant, target, tokens, tp, train.DRAFT_STEPS, queries, teacher_forced=False, hidden_out=steps
+            draft_replay.unrolled_draft(
+                assistant, target, tokens, tp, draft_replay.DRAFT_STEPS, queries, teacher_forced=False, hidden_out=steps
             )
             hidden.extend(h[0].to(torch.bfloat16) for h in steps)  # vLLM feeds the head bf16
     x = torch.cat(hidden)
@@ -207,7 +161,7 @@ def real_pair_hidden_states(prompts: int, new_tokens: int, pair_dir: Path | None
         "pair": str(pair.assistant.parent.relative_to(ROOT)) if pair.assistant.is_relative_to(ROOT) else str(pair.assistant.parent),
         "prompts": len(prompt_ids),
         "new_tokens": new_tokens,
-        "draft_steps": train.DRAFT_STEPS,
+        "draft_steps": draft_replay.DRAFT_STEPS,
         "hidden_rows": int(x.shape[0]),
         "head_shape": [int(d) for d in head_w.shape],
     }
@@ -234,9 +188,9 @@ def run_real(args) -> dict:
         bf16_vs_fp32 = Totals()
         for start in range(0, x.shape[0], batch):
             xb = x[start : start + batch]
-            ref = bf16_head(xb, w)
-            fp8_vs_bf16.add(ref, fp8_head_emulated(xb, w_fp8, quant.scale))
-            bf16_vs_fp32.add(fp32_head(xb, w), ref)
+            ref = heads.bf16(xb, w)
+            fp8_vs_bf16.add(ref, heads.fp8_emulated(xb, w_fp8, quant.scale))
+            bf16_vs_fp32.add(heads.fp32(xb, w), ref)
         by_batch[str(batch)] = {"fp8_vs_bf16": fp8_vs_bf16.result()}
         info["bf16_vs_fp32_baseline"] = bf16_vs_fp32.result()
     # The emulation against the real torch._scaled_mm, on this head, at the largest batch.
@@ -249,8 +203,8 @@ def run_real(args) -> dict:
     calls = 0
     for start in range(0, rows, batch):
         xb = x[start : min(rows, start + batch)]
-        real = fp8_head_scaled_mm(xb, w_fp8, quant.scale).to(torch.float32)
-        emu = fp8_head_emulated(xb, w_fp8, quant.scale).to(torch.float32)
+        real = heads.fp8_scaled_mm(xb, w_fp8, quant.scale).to(torch.float32)
+        emu = heads.fp8_emulated(xb, w_fp8, quant.scale).to(torch.float32)
         diff = max(diff, float((real - emu).abs().max()))
         equal += int((real == emu).sum())
         total += real.numel()
@@ -309,11 +263,11 @@ def run_synthetic(args) -> dict:
     xs, _, boost = synthetic_hidden_states(w, keep, args.rows, args.logit_std, gen)
 
     # The bulk's BF16 logits never change across the sweep (only outlier rows are rescaled).
-    refs = {kind: bf16_head(x, w) for kind, x in xs.items()}
+    refs = {kind: heads.bf16(x, w) for kind, x in xs.items()}
     baseline = {}
     for kind, x in xs.items():
         t = Totals()
-        t.add(fp32_head(x, w), refs[kind], keep)
+        t.add(heads.fp32(x, w), refs[kind], keep)
         baseline[kind] = t.result()
 
     sweep = []
@@ -335,14 +289,14 @@ def run_synthetic(args) -> dict:
             for start in range(0, x.shape[0], args.batch):
                 xb = x[start : start + args.batch]
                 totals.add(refs[kind][start : start + args.batch],
-                           fp8_head_emulated(xb, quant.weight, quant.scale), keep)
+                           heads.fp8_emulated(xb, quant.weight, quant.scale), keep)
             point[kind] = totals.result()
         point["seconds"] = round(time.perf_counter() - t0, 1)
         if scaled_mm_check is None:
             cols = args.scaled_mm_vocab
             xb = xs["gaussian"][: args.batch]
-            real = fp8_head_scaled_mm(xb, quant.weight[:cols], quant.scale).to(torch.float32)
-            emu = fp8_head_emulated(xb, quant.weight[:cols], quant.scale).to(torch.float32)
+            real = heads.fp8_scaled_mm(xb, quant.weight[:cols], quant.scale).to(torch.float32)
+            emu = heads.fp8_emulated(xb, quant.weight[:cols], quant.scale).to(torch.float32)
             scaled_mm_check = {
                 "shape": [int(xb.shape[0]), hidden, cols],
                 "max_abs_diff_emulated_vs_scaled_mm": float((real - emu).abs().max()),

@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())"
-python bench/head_quantize.py --device cuda --runs 20
-python bench/head_matmul.py
+python -m bench.head_quantize --device cuda --runs 20
+python -m bench.head_matmul
 if [ -n "${OUT:-}" ]; then cp bench/results/*cuda*.json "$OUT"/; fi

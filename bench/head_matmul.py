@@ -1,6 +1,6 @@
 """Draft-head apply: BF16 head (``F.linear``) vs the FP8 head as the plugin serves it.
 
-    python bench/head_matmul.py [--shapes 1024x262144 5376x262144] [--batches 1 2 4 8]
+    python -m bench.head_matmul [--shapes 1024x262144 5376x262144] [--batches 1 2 4 8]
 
 Runs on whatever device is present: CUDA when available, else CPU. Needs only torch (no vLLM:
 it also runs on a machine with torch alone, e.g. one H200 with Python 3.12 and torch 2.11).
@@ -35,7 +35,6 @@ import json
 import math
 import platform
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -43,50 +42,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from bench.heads import quantize_activation, scaled_mm
+from draft_head_fp8.fp8 import quantize_per_tensor
+
 ROOT = Path(__file__).resolve().parent.parent
 warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
-FP8_MAX = 448.0
-MIN_ACT_SCALE = 1.0 / (FP8_MAX * 512.0)
-
-
-def _quantizer():
-    """The package's quantizer when importable (no vLLM needed), else the same math inline."""
-    src = ROOT / "src"
-    if src.is_dir() and str(src) not in sys.path:
-        sys.path.insert(0, str(src))
-    try:
-        from draft_head_fp8.fp8 import quantize_per_tensor
-
-        def quantize(w):
-            q = quantize_per_tensor(w)
-            return q.weight, q.scale
-
-        return quantize, "draft_head_fp8.fp8.quantize_per_tensor"
-    except Exception:  # pragma: no cover - only where the package cannot be imported
-
-        def quantize(w):
-            amax = torch.zeros((), dtype=torch.float32, device=w.device)
-            for start in range(0, w.shape[0], 4096):
-                amax = torch.maximum(amax, w[start : start + 4096].abs().max().float())
-            scale = (amax / FP8_MAX).reshape(1)
-            out = torch.empty(w.shape, dtype=torch.float8_e4m3fn, device=w.device)
-            for start in range(0, w.shape[0], 4096):
-                out[start : start + 4096] = (w[start : start + 4096].float() / scale).clamp(-FP8_MAX, FP8_MAX)
-            return out, scale
-
-        return quantize, "inline copy of quantize_per_tensor's math"
-
-
-def quantize_activation(x: torch.Tensor):
-    """vLLM QuantFP8 dynamic per-tensor (its torch-native form)."""
-    scale = (x.abs().max().unsqueeze(-1).to(torch.float32) / FP8_MAX).clamp(min=MIN_ACT_SCALE)
-    q = (x.to(torch.float32) * scale.reciprocal()).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-    return q, scale
-
-
-def scaled_mm(xq, w_t, sx, sw):
-    out = torch._scaled_mm(xq, w_t, scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
-    return out[0] if isinstance(out, tuple) else out
 
 
 def random_bf16(rows: int, cols: int, device, gen_seed: int) -> torch.Tensor:
@@ -368,7 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     args.shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     started = time.perf_counter()
-    quantize, quantizer = _quantizer()
+    def quantize(w):
+        q = quantize_per_tensor(w)
+        return q.weight, q.scale
+
+    quantizer = "draft_head_fp8.fp8.quantize_per_tensor"
     if device.type == "cuda":
         torch.cuda.set_device(device)
         name = torch.cuda.get_device_name(device)

@@ -8,21 +8,25 @@ Targets (issue): quantization <= 3 passes, <= 64 MiB extra beyond the 256 MiB FP
 On CUDA (``--device cuda``, the default when one is present) the same pure-torch code runs on the
 GPU; peak extra memory is then torch's allocator peak, and time is synchronized.
 
-Usage: python bench/head_quantize.py [--runs N] [--device cpu|cuda] [--json PATH]
+Usage: python -m bench.head_quantize [--runs N] [--device cpu|cuda] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import MIB, environment, interleaved_medians, peak_extra, run_memory_child, write_json  # noqa: E402
-
-from draft_head_fp8.fp8 import CHUNK_ELEMENTS, quantize_per_tensor, tensor_sha256  # noqa: E402
+from bench.measure import (
+    MIB,
+    environment,
+    interleaved_medians,
+    peak_extra,
+    run_memory_child,
+    write_json,
+)
+from draft_head_fp8.fp8 import CHUNK_ELEMENTS, quantize_per_tensor, tensor_sha256
 
 VOCAB, HIDDEN = 262144, 1024
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -83,7 +87,7 @@ def main() -> None:
     assert torch.equal(exact.view(torch.uint8), q.weight.view(torch.uint8)), "not round-to-nearest"
     del exact
     times = interleaved_medians(operations(w), args.runs)
-    memory = cuda_peak_extra(operations(w)) if args.device == "cuda" else run_memory_child(__file__, "--device", "cpu")
+    memory = cuda_peak_extra(operations(w)) if args.device == "cuda" else run_memory_child(__spec__.name, "--device", "cpu")
     fp8_bytes = VOCAB * HIDDEN
     quant, sha, yard = (times[k]["median_s"] for k in ("quantize", "provenance_sha256", "yardstick"))
     extra = memory["quantize"] - fp8_bytes

@@ -24,7 +24,7 @@ block of 64 KiB or more with its own mmap and unmap it on free, so a temporary b
 heap pages that an earlier free left resident (with the default, dynamic threshold, blocks up to
 32 MiB can be recycled that way and would be invisible to VmHWM). Timings are not taken there.
 
-Usage: python bench/receipt_capture.py [--runs N] [--overlay-runs N] [--json PATH]
+Usage: python -m bench.receipt_capture [--runs N] [--overlay-runs N] [--json PATH]
 Run it on an otherwise idle machine: the capture/yardstick ratio is a ratio of two memory-bound
 passes, and other processes' load shifts it.
 """
@@ -35,48 +35,26 @@ import argparse
 import json
 import os
 import platform
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import MIB, interleaved_medians, peak_extra, run_memory_child, write_json  # noqa: E402
-
-import draft_head_fp8  # noqa: E402
-from draft_head_fp8 import eligibility, make_runtime_receipt, validate_post_share_receipt  # noqa: E402
-from draft_head_fp8.fp8 import quantize_per_tensor  # noqa: E402
+import draft_head_fp8
+from bench.measure import MIB, interleaved_medians, peak_extra, run_memory_child, write_json
+from draft_head_fp8 import eligibility, make_runtime_receipt, validate_post_share_receipt
+from draft_head_fp8.fp8 import quantize_per_tensor
+from tools.standins import (
+    Fp8PerTensorOnlineLinearMethod,
+    ParallelLMHead,
+    TargetLM,
+    UnquantizedEmbeddingMethod,
+)
 
 VOCAB, HIDDEN = 262144, 1024
 OVERLAY_CHUNK = 8 * 1024 * 1024  # elements per float32 conversion in the overlay's check
 RESULTS = Path(__file__).resolve().parent / "results" / "receipt_capture.json"
-
-
-# Stand-ins named like vLLM's classes: the receipt records class names only.
-class Fp8PerTensorOnlineLinearMethod:
-    def __init__(self) -> None:
-        self.fp8_linear = PerTensorTorchFP8ScaledMMLinearKernel()
-
-
-class PerTensorTorchFP8ScaledMMLinearKernel:
-    pass
-
-
-class UnquantizedEmbeddingMethod:
-    pass
-
-
-class ParallelLMHead(nn.Module):
-    def __init__(self, weight: torch.Tensor, scale: torch.Tensor) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(weight, requires_grad=False)
-        self.weight_scale = nn.Parameter(scale, requires_grad=False)
-        self.quant_method = Fp8PerTensorOnlineLinearMethod()
-        self.tp_size = 1
-        self.input_size_per_partition = HIDDEN
-        self.output_size_per_partition = VOCAB
 
 
 def build(seed: int = 0) -> SimpleNamespace:
@@ -87,14 +65,11 @@ def build(seed: int = 0) -> SimpleNamespace:
     embed.weight.requires_grad_(False)
     embed.quant_method = UnquantizedEmbeddingMethod()
     q = quantize_per_tensor(embed.weight)  # [vocab, hidden] contiguous FP8 + [1] FP32 scale
-    head = ParallelLMHead(q.weight.t(), q.scale)
+    head = ParallelLMHead(
+        q.weight.t(), q.scale, method=Fp8PerTensorOnlineLinearMethod(), hidden=HIDDEN, vocab=VOCAB
+    )
 
-    target_lm = nn.Module()
-    target_lm.model = nn.Module()
-    target_lm.model.embed_tokens = embed
-    target_lm.lm_head = nn.Module()
-    target_lm.lm_head.weight = embed.weight  # Gemma ties the target's head to its embedding
-    target_lm.lm_head.quant_method = UnquantizedEmbeddingMethod()
+    target_lm = TargetLM(embed)
     draft = nn.Module()
     draft.model = nn.Module()
     draft.model.embed_tokens = embed  # shared with the target after load
@@ -160,7 +135,7 @@ def main() -> None:
     assert overlay_check(state) is True
     # Interleaved, so machine noise hits all of them alike; the overlay check takes seconds a run.
     times = interleaved_medians(bound(state), args.runs, {"overlay_check": args.overlay_runs})
-    memory = run_memory_child(__file__)
+    memory = run_memory_child(__spec__.name)
 
     cap, yard, overlay = (times[k]["median_s"] for k in ("capture", "yardstick", "overlay_check"))
     result = {

@@ -1,4 +1,4 @@
-"""The per-boot diagnostic archive (SPEC section 7): API, damage detection, pruning, CLI.
+"""The per-boot diagnostic archive (docs/contract.md, "Archive"): API, damage detection, pruning, CLI.
 
 Real files in tmp_path throughout; crash and concurrency tests with real processes live in
 test_archive_crash.py.
@@ -19,17 +19,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draft_head_fp8 import archive, durable, schemas
+from draft_head_fp8 import archive, schemas
 from draft_head_fp8.archive import (
     Archive,
     ArchiveError,
     BootSealedError,
     UnknownBootError,
     UnsafePathError,
-    _encode_json,
-    _self_digest,
+    durable,
 )
-from draft_head_fp8.archive_cli import add_archive_parser, diff_boots, run_archive
+from draft_head_fp8.archive.diff import diff_boots
+from draft_head_fp8.archive.documents import self_digest as _self_digest
+from draft_head_fp8.archive.layout import encode_json as _encode_json
+from draft_head_fp8.cli.archive import add_archive_parser, run_archive
 
 RECEIPT = {
     "schema": "draft-head-fp8-runtime-receipt/v2",
@@ -378,13 +380,120 @@ def test_manifest_of_the_wrong_shape_is_explained_by_the_schema(arc):
     assert "'extra' was unexpected" in message and "seq: '1' is not of type 'integer'" in message
 
 
-def test_hand_compiled_manifest_check_keeps_in_step_with_the_schema():
+def test_the_schemas_name_the_archive_vocabulary():
     schema = schemas.load("archive-manifest-v1")
-    assert archive._MANIFEST_KEYS == set(schema["required"]) == set(schema["properties"])
+    assert set(schema["required"]) == set(schema["properties"])
+    assert schema["additionalProperties"] is False
     assert schema["properties"]["schema"]["const"] == archive.MANIFEST_SCHEMA
     files = schema["properties"]["files"]["items"]
-    assert archive._FILE_KEYS == set(files["required"]) == set(files["properties"])
+    assert set(files["required"]) == set(files["properties"])
+    assert files["additionalProperties"] is False
     assert schemas.load("archive-pruned-v1")["properties"]["schema"]["const"] == archive.PRUNED_SCHEMA
+
+
+def test_a_float_where_the_manifest_has_an_integer_is_rejected(arc):
+    # JSON Schema's "integer" takes 1.0, and RFC 8785 writes 1.0 as 1, so the own digest still
+    # matches: only reading non-integers as Decimal keeps `"seq": 1.0` from passing for `1`.
+    boot = sealed_boot(arc)
+    _rewrite_manifest(boot, lambda m: m.update(seq=1.0))
+    assert b'"seq": 1.0' in (boot.path / "MANIFEST.json").read_bytes()
+    report = arc.verify()
+    assert problem_paths(report) == [str(boot.path / "MANIFEST.json")]
+    assert "seq: Decimal('1.0') is not of type 'integer'" in report.problems[0].message
+
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2, 3), st.floats(allow_nan=False),
+                     st.decimals(allow_nan=False, allow_infinity=False), st.text(max_size=4),
+                     st.just("a" * 64), st.just("a" * 64 + "\n"))
+
+
+def _alike(value):
+    """Another value of the same JSON type, often still valid: the boundary where the two checks
+    must agree."""
+    if isinstance(value, bool) or value is None:
+        return st.just("a" * 64) | st.none()
+    if isinstance(value, int):
+        return st.integers(-1, 3)
+    if isinstance(value, str):
+        return st.text(max_size=3) | st.sampled_from(["b" * 64, value.upper(), value + "\n"])
+    return st.just(value)
+
+
+@st.composite
+def _near(draw, base):
+    """``base`` with up to three changes, anywhere in it: a key dropped, a value replaced by any
+    scalar, an unexpected key added, an item dropped or repeated."""
+    import copy
+
+    doc = copy.deepcopy(base)
+    for _ in range(draw(st.sampled_from([0, 1, 1, 1, 2, 3]))):
+        node, path = doc, []
+        while isinstance(node, (dict, list)) and node and draw(st.booleans()):
+            keys = sorted(node) if isinstance(node, dict) else range(len(node))
+            key = draw(st.sampled_from(keys))
+            if not isinstance(node[key], (dict, list)):
+                break
+            path.append(key)
+            node = node[key]
+        change = draw(st.sampled_from(["drop", "replace", "replace", "replace", "add", "repeat"]))
+        if isinstance(node, dict):
+            key = draw(st.sampled_from(sorted(node))) if node else "extra"
+            if change == "drop":
+                node.pop(key, None)
+            elif change == "replace":
+                node[key] = draw(_alike(node.get(key)) if draw(st.booleans()) else _SCALARS)
+            else:
+                node[draw(st.sampled_from(["extra", "path", "seq", "boots"]))] = draw(_SCALARS)
+        elif isinstance(node, list):
+            if change == "drop" and node:
+                node.pop()
+            elif change == "repeat" and node:
+                node.append(copy.deepcopy(node[0]))
+            else:
+                node.append(draw(_SCALARS))
+    return doc
+
+
+_MANIFEST_DOC = {"schema": "draft-head-fp8-archive-manifest/v1", "boot": "00000001-x", "seq": 1,
+                 "launch_id": "x", "sealed_at": "2024-01-01T00:00:00.000000Z", "chain_index": 0,
+                 "previous": None, "previous_boot": None, "manifest_sha256": "a" * 64,
+                 "files": [{"path": "boot.json", "size": 3, "sha256": "b" * 64}]}
+_PRUNED_DOC = {"schema": "draft-head-fp8-archive-pruned/v1", "pruned_at": "2024", "keep": 0,
+               "boots": [{"boot": "00000001-x", "seq": 1, "launch_id": "x", "chain_index": 0,
+                          "manifest_sha256": "c" * 64}]}
+
+
+@settings(max_examples=400, deadline=None)
+@given(doc=_near(_MANIFEST_DOC))
+def test_fast_manifest_check_gives_jsonschemas_answer(doc):
+    name = "archive-manifest-v1"
+    assert schemas.is_valid(name, doc) == (schemas.errors(name, doc) == [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=_near(_PRUNED_DOC))
+def test_fast_prune_record_check_gives_jsonschemas_answer(doc):
+    name = "archive-pruned-v1"
+    assert schemas.is_valid(name, doc) == (schemas.errors(name, doc) == [])
+
+
+def test_sealing_and_numbering_never_import_jsonschema(arc):
+    # Engine start reads the prune records to number a boot and to find the chain head; a damaged
+    # record there must be skipped by the fast check, not explained by jsonschema.
+    sealed_boot(arc)
+    sealed_boot(arc)
+    arc.prune(1)
+    (arc.root / "PRUNED-00000000T000000000000Z-damaged.json").write_bytes(b'{"schema": 1}\n')
+    code = ("import sys; from draft_head_fp8.archive import Archive; a = Archive(sys.argv[1]); "
+            "b = a.begin_boot(); b.add_bytes('receipts/r.json', b'{}'); m = b.seal(); "
+            "j = a.join_boot('tp-launch', expected_files=['receipts/r0.json']); "
+            "j.add_bytes('receipts/r0.json', b'{}'); assert j.seal_if_complete(); "
+            "heavy = [x for x in ('jsonschema', 'torch', 'vllm') if x in sys.modules]; "
+            "print(m['chain_index'], b.seq, heavy)")
+    out = subprocess.run([sys.executable, "-c", code, str(arc.root)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "3", "[]"]
 
 
 def test_damaged_prune_record_is_named(arc):
@@ -651,13 +760,12 @@ def test_cli_help_has_an_example(capsys, sub):
     assert code == 0 and "example" in out and f"draft-head-fp8 archive {sub}" in out
 
 
-@pytest.mark.parametrize("module", ["draft_head_fp8.archive_cli"])
-def test_python_dash_m_runs(arc, module):
+def test_python_dash_m_runs(arc):
     sealed_boot(arc)
     env = dict(os.environ, DRAFT_HEAD_FP8_ARCHIVE=str(arc.root))
-    out = subprocess.run([sys.executable, "-m", module, "verify", "--json"],
-                         capture_output=True, text=True, env=env)
+    command = [sys.executable, "-m", "draft_head_fp8.cli", "archive"]
+    out = subprocess.run([*command, "verify", "--json"], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and json.loads(out.stdout)["ok"]
-    out = subprocess.run([sys.executable, "-m", module, "show", "7"],
+    out = subprocess.run([*command, "show", "7"],
                          capture_output=True, text=True, env=env)
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1

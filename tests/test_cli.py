@@ -140,7 +140,12 @@ def test_receipt_show_prints_every_key_and_every_check():
     receipt = json.loads(VALID.read_text())
     for key in receipt:
         assert key in proc.stdout
-    assert proc.stdout.count("pass  ") == 22 and "FAIL" not in proc.stdout  # the contract's 22 checks
+    from draft_head_fp8.evidence.checks import KEYS_LABEL, messages
+
+    # Every check of the contract, by label: the key check, then the table's.
+    for label in [KEYS_LABEL, *messages()]:
+        assert f"pass  {label}\n" in proc.stdout
+    assert proc.stdout.count("pass  ") == 1 + len(messages()) and "FAIL" not in proc.stdout
 
 
 def test_receipt_show_marks_the_failing_check():

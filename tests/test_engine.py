@@ -10,13 +10,13 @@ import json
 import struct
 
 import pytest
+from engine_support import STOCK_MTP, engine_env, run_engine, tree
 
 from draft_head_fp8 import schemas, validate_post_share_receipt
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.checkpoint import tensor_bytes_sha256
+from draft_head_fp8.evidence import diagnostics_path, receipt_path
 from draft_head_fp8.tiny import build_tiny_pair
-
-from engine_support import STOCK_MTP, engine_env, run_engine, tree
 
 pytestmark = pytest.mark.engine
 
@@ -35,18 +35,25 @@ def pairs(tmp_path_factory):
 def flag_off_run(pairs, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("off")
     archive = tmp / "archive"
-    proc, facts = run_engine(tmp, pairs["dense"], engine_env(tmp, flag=False, archive=archive))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return tmp, archive, facts
+    run = run_engine(tmp, pairs["dense"], engine_env(tmp, flag=False, archive=archive))
+    assert run.ok, run.tail(40)
+    return tmp, archive, run.facts
 
 
 @pytest.fixture(scope="module")
 def flag_on_run(pairs, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("on")
     archive = tmp / "archive"
-    proc, facts = run_engine(tmp, pairs["dense"], engine_env(tmp, flag=True, archive=archive))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return tmp, archive, facts
+    run = run_engine(tmp, pairs["dense"], engine_env(tmp, flag=True, archive=archive))
+    assert run.ok, run.tail(40)
+    return tmp, archive, run.facts
+
+
+def _without_pointers(receipt):
+    return {
+        key: {k: v for k, v in value.items() if k != "data_ptr"} if isinstance(value, dict) else value
+        for key, value in receipt.items()
+    }
 
 
 def _only_boot(archive):
@@ -57,14 +64,20 @@ def _only_boot(archive):
 
 def test_flag_off_is_stock_vllm(pairs, flag_off_run, tmp_path):
     tmp, archive, off = flag_off_run
-    proc, stock = run_engine(tmp_path, pairs["dense"], engine_env(tmp_path, flag=False, plugins=False))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = run_engine(tmp_path, pairs["dense"], engine_env(tmp_path, flag=False, plugins=False))
+    assert run.ok, run.tail(40)
+    stock = run.facts
     assert off["token_ids"] == stock["token_ids"]
+    assert off["spec_decode"] == stock["spec_decode"]
     for facts in (off["after_start"], stock["after_start"]):
         assert facts["registry_entry"] == STOCK_MTP
         assert facts["drafter_class"] == STOCK_MTP.replace(":", ".")
-        assert facts["draft_head_method"] == "UnquantizedEmbeddingMethod"
-        assert facts["draft_head_dtype"] == "torch.bfloat16"
+        assert facts["receipt"]["head_method"] == "UnquantizedEmbeddingMethod"
+        assert facts["receipt"]["head_weight"]["dtype"] == "torch.bfloat16"
+    # The same observation of both: identical receipts of the stock head (but for addresses).
+    assert _without_pointers(off["after_start"]["receipt"]) == _without_pointers(
+        stock["after_start"]["receipt"]
+    )
     # The plugin was loaded (it is installed) but did nothing: no module, no hook, no file.
     assert off["after_start"]["plugin_modules"] == []
     assert off["after_start"]["module_registration_hooks"] == stock["after_start"]["module_registration_hooks"]
@@ -77,12 +90,13 @@ def test_flag_on_serves_an_fp8_draft_head_and_proves_it(pairs, flag_off_run, fla
     tmp, archive, on = flag_on_run
     pair = pairs["dense"]
     facts = on["after_start"]
+    observed = facts["receipt"]
     assert facts["registry_entry"] == "draft_head_fp8.vllm_plugin.drafter:DraftHeadFp8Gemma4MTP"
-    assert facts["draft_head_method"] == "DraftHeadFp8LinearMethod"
-    assert facts["draft_head_dtype"] == "torch.float8_e4m3fn"
+    assert observed["head_method"] == "DraftHeadFp8LinearMethod"
+    assert observed["head_weight"]["dtype"] == "torch.float8_e4m3fn"
     hidden, vocab = 64, 2048
-    assert facts["draft_head_shape"] == [hidden, vocab]
-    assert not facts["draft_head_is_draft_embed_param"]
+    assert observed["head_weight"]["shape"] == [hidden, vocab]
+    assert observed["head_weight_is_draft_embed"] is False
 
     # Scale = amax(|W|)/448 of the BF16 head, i.e. of the checkpoint's draft embedding.
     import torch
@@ -91,32 +105,33 @@ def test_flag_on_serves_an_fp8_draft_head_and_proves_it(pairs, flag_off_run, fla
     w = load_file(pair.assistant / "model.safetensors")["model.embed_tokens.weight"]
     assert w.dtype == torch.bfloat16
     expected = (w.float().abs().max() / torch.tensor(448.0)).item()
-    assert facts["draft_head_scale"] == pytest.approx(expected, rel=0, abs=0)
+    boot = _only_boot(archive)
+    diagnostics = json.loads(boot.read_bytes(diagnostics_path(0)))
+    assert diagnostics["head"]["scale"] == pytest.approx(expected, rel=0, abs=0)
 
     # The target is untouched: its embedding bytes equal the checkpoint's, after start and after
     # generation; its head is BF16 on the unquantized method; the draft uses its embedding.
     target_sha = tensor_bytes_sha256(pair.target)["sha256"]
     assert on["after_start"]["target_embed_sha256"] == target_sha
     assert on["after_generate"]["target_embed_sha256"] == target_sha
-    for key in ("target_head_method", "target_head_dtype"):
-        assert on["after_generate"][key] == on["after_start"][key]
-    assert facts["target_head_method"] == "UnquantizedEmbeddingMethod"
-    assert facts["target_head_dtype"] == "torch.bfloat16"
-    assert facts["draft_embed_is_target_embed"] is True
+    assert on["after_generate"]["receipt"] == observed  # nothing changed while serving
+    assert observed["target_lm_head_method"] == "UnquantizedEmbeddingMethod"
+    assert observed["target_lm_head_weight"]["dtype"] == "torch.bfloat16"
+    assert observed["draft_embed_weight_is_target_embed"] is True
 
     # Speculative decoding is lossless: the FP8 draft head changes proposals, never the output.
     assert on["token_ids"] == flag_off_run[2]["token_ids"]
 
     # The receipt and diagnostics were archived, byte for byte, in a sealed, verifying boot.
-    boot = _only_boot(archive)
     assert boot.status == "sealed"
-    receipt = json.loads(boot.read_bytes("receipts/post_share-rank0.json"))
+    receipt = json.loads(boot.read_bytes(receipt_path(0)))
     validate_post_share_receipt(receipt)
     assert schemas.errors("runtime-receipt-v2", receipt) == []
     assert len(receipt) == 30
     assert receipt["head_weight"]["shape"] == [hidden, vocab]
     assert receipt["head_weight_scale"]["shape"] == [1]
-    diagnostics = json.loads(boot.read_bytes("diagnostics/post_share-rank0.json"))
+    # What the worker observed after start is what the plugin archived (but for the phase).
+    assert {**observed, "phase": "post_share"} == receipt
     assert schemas.errors("diagnostics-v1", diagnostics) == []
     head = diagnostics["head"]
     assert head["provenance_verified"] is True
@@ -134,10 +149,11 @@ def test_flag_on_serves_an_fp8_draft_head_and_proves_it(pairs, flag_off_run, fla
 )
 def test_unsafe_assistants_stop_startup(pairs, tmp_path, kind, reason):
     archive = tmp_path / "archive"
-    proc, facts = run_engine(tmp_path, pairs[kind], engine_env(tmp_path, flag=True, archive=archive))
-    assert proc.returncode != 0
-    assert facts is None
-    assert f"HeadFp8EligibilityError: {reason}" in proc.stderr
+    run = run_engine(tmp_path, pairs[kind], engine_env(tmp_path, flag=True, archive=archive))
+    assert run.returncode != 0
+    assert run.facts is None
+    assert f"HeadFp8EligibilityError: {reason}" in run.stderr
+    assert f"draft-head-fp8: refusing to start: {reason}" in run.stderr
     # Refused before anything was captured: no receipt anywhere, half-written or whole.
     assert not any("receipt" in p for p in tree(archive))
 
@@ -157,17 +173,17 @@ def test_nan_in_the_head_is_refused_at_load(tmp_path):
     pair = build_tiny_pair(tmp_path / "pair", seed=4)
     _plant_nan_in_embedding(pair.assistant)
     archive = tmp_path / "archive"
-    proc, facts = run_engine(tmp_path, pair, engine_env(tmp_path, flag=True, archive=archive))
-    assert proc.returncode != 0
-    assert "head weight holds NaN or inf" in proc.stderr
+    run = run_engine(tmp_path, pair, engine_env(tmp_path, flag=True, archive=archive))
+    assert run.returncode != 0
+    assert "head weight holds NaN or inf" in run.stderr
     assert not any("receipt" in p for p in tree(archive))
 
 
 def test_multiprocess_engine_captures_the_receipt_in_the_worker(pairs, flag_off_run, tmp_path):
     archive = tmp_path / "archive"
     env = engine_env(tmp_path, flag=True, archive=archive, multiprocess=True)
-    proc, facts = run_engine(tmp_path, pairs["dense"], env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = run_engine(tmp_path, pairs["dense"], env)
+    assert run.ok, run.tail(40)
     boot = _only_boot(archive)
-    validate_post_share_receipt(json.loads(boot.read_bytes("receipts/post_share-rank0.json")))
-    assert facts["token_ids"] == flag_off_run[2]["token_ids"]
+    validate_post_share_receipt(json.loads(boot.read_bytes(receipt_path(0))))
+    assert run.facts["token_ids"] == flag_off_run[2]["token_ids"]

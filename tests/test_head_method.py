@@ -14,7 +14,8 @@ from torch import nn
 
 from draft_head_fp8.fp8 import NonFiniteHeadError, tensor_sha256
 from draft_head_fp8.policy import HeadFp8EligibilityError
-from draft_head_fp8.vllm_plugin.head_method import LAYOUT_KEEPING_KERNELS, DraftHeadFp8LinearMethod
+from draft_head_fp8.vllm_plugin.head_method import DraftHeadFp8LinearMethod
+from draft_head_fp8.vllm_plugin.kernels import LAYOUT_KEEPING_KERNELS
 
 VOCAB, HIDDEN = 512, 64
 

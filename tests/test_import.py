@@ -1,4 +1,4 @@
-"""Public names (SPEC section 1): importable from the top-level package with the SPEC's values and
+"""Public names (docs/contract.md, "Public names"): importable from the top-level package with the contract's values and
 keyword-only signatures, without importing torch or vLLM."""
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def test_import_loads_neither_torch_nor_vllm():
 def test_core_modules_load_neither_torch_nor_vllm():
     code = (
         "import draft_head_fp8\n"
-        "from draft_head_fp8 import policy, receipt, fp8, durable, schemas\n"
+        "from draft_head_fp8 import policy, selection, fp8, schemas, evidence, preflight\n"
+        "from draft_head_fp8.evidence import checks, receipt, snapshot, verdict, diagnostics\n"
         f"from draft_head_fp8 import {', '.join(PUBLIC)}\n"
         "validate = draft_head_fp8.validate_post_share_receipt\n"
         "try:\n"

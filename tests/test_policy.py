@@ -1,7 +1,7 @@
-"""The policy (SPEC sections 1-2): env flag, online-spec extraction, LM-head detection, the eight
+"""The policy (docs/contract.md, "Public names" and "Policy"): env flag, online-spec extraction, LM-head detection, the eight
 rules in order with their exact reasons, and the raise rule of ``select_draft_head_method``.
 
-vLLM's real ``ParallelLMHead`` and ``OnlineQuantizationConfig`` are used where the SPEC names them;
+vLLM's real ``ParallelLMHead`` and ``OnlineQuantizationConfig`` are used where the contract names them;
 vLLM's import costs several seconds, so it happens once, in module-scoped fixtures.
 """
 

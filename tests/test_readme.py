@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from draft_head_fp8 import validate_post_share_receipt
+from draft_head_fp8.comparison import head_bytes
 from draft_head_fp8.tiny import build_tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,10 +96,12 @@ def test_demo_and_the_archive_commands(tmp_path):
     assert facts["receipt"]["valid"] is True
     assert all(check["passed"] for check in facts["receipt"]["checks"])
     validate_post_share_receipt(facts["receipt"]["document"])
-    on, off = facts["flag_on"]["after_start"], facts["flag_off"]["after_start"]
-    assert off["draft_head_method"] == "UnquantizedEmbeddingMethod"
-    assert on["draft_head_method"] == "DraftHeadFp8LinearMethod" and on["draft_head_dtype"] == "torch.float8_e4m3fn"
-    assert on["draft_head_bytes"] * 2 - 8 == off["draft_head_bytes"]  # half the bytes, plus a 4-byte scale
+    on, off = facts["receipt"]["document"], facts["flag_off"]["after_start"]["receipt"]
+    assert off["head_method"] == "UnquantizedEmbeddingMethod"
+    assert on["head_method"] == "DraftHeadFp8LinearMethod"
+    assert on["head_weight"]["dtype"] == "torch.float8_e4m3fn"
+    # half the bytes, plus a 4-byte scale
+    assert head_bytes(on) * 2 - 8 == head_bytes(off) == 2 * off["head_weight"]["numel"]
     assert facts["archive"]["verify_ok"] is True
     assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*"))  # no surprise disk use
     # The printed report names what it compares and each check.

@@ -1,4 +1,4 @@
-"""Receipt capture (SPEC section 3) from real CPU torch modules: a BF16 embedding shared between
+"""Receipt capture (docs/contract.md, "Receipt v2") from real CPU torch modules: a BF16 embedding shared between
 draft and target, a ``float8_e4m3fn`` head weight stored ``[hidden, vocab]`` (the ``.t()`` of a
 contiguous ``[vocab, hidden]`` tensor) and an FP32 ``[1]`` scale.
 """
@@ -22,8 +22,14 @@ from draft_head_fp8 import (  # noqa: E402
     schemas,
     validate_post_share_receipt,
 )
+from draft_head_fp8.evidence.snapshot import tensor_snapshot  # noqa: E402
 from draft_head_fp8.fp8 import quantize_per_tensor  # noqa: E402
-from draft_head_fp8.receipt import tensor_snapshot  # noqa: E402
+from tools import standins  # noqa: E402
+from tools.standins import (  # noqa: E402
+    Fp8PerTensorOnlineLinearMethod,
+    TargetLM,
+    UnquantizedEmbeddingMethod,
+)
 
 H, V = 64, 512
 KEYS = [
@@ -60,29 +66,11 @@ KEYS = [
 ]
 
 
-# Stand-ins named like vLLM's classes (the receipt records class names).
-class Fp8PerTensorOnlineLinearMethod:
-    def __init__(self):
-        self.fp8_linear = PerTensorTorchFP8ScaledMMLinearKernel()
+class ParallelLMHead(standins.ParallelLMHead):
+    """The stand-in head at this test's sizes."""
 
-
-class PerTensorTorchFP8ScaledMMLinearKernel:
-    pass
-
-
-class UnquantizedEmbeddingMethod:
-    pass
-
-
-class ParallelLMHead(nn.Module):
     def __init__(self, weight, scale, *, method=None, tp_size=1, hidden=H, vocab=V):
-        super().__init__()
-        self.weight = nn.Parameter(weight, requires_grad=False)
-        self.weight_scale = nn.Parameter(scale, requires_grad=False)
-        self.quant_method = method
-        self.tp_size = tp_size
-        self.input_size_per_partition = hidden
-        self.output_size_per_partition = vocab
+        super().__init__(weight, scale, method=method, tp_size=tp_size, hidden=hidden, vocab=vocab)
 
 
 def embedding(weight=None):
@@ -91,16 +79,6 @@ def embedding(weight=None):
         emb.weight = weight
     emb.quant_method = UnquantizedEmbeddingMethod()
     return emb
-
-
-class TargetLM(nn.Module):
-    def __init__(self, embed):
-        super().__init__()
-        self.model = nn.Module()
-        self.model.embed_tokens = embed
-        self.lm_head = nn.Module()
-        self.lm_head.weight = embed.weight  # tied, as Gemma's target head is
-        self.lm_head.quant_method = UnquantizedEmbeddingMethod()
 
 
 class TargetModel(nn.Module):
@@ -188,7 +166,7 @@ def test_receipt_values():
     assert r["quant_spec"] == "fp8_per_tensor_static"
     assert r["head_class"] == f"{__name__}.ParallelLMHead"
     assert r["head_method"] == "Fp8PerTensorOnlineLinearMethod"
-    assert r["head_method_module"] == __name__
+    assert r["head_method_module"] == standins.__name__
     assert r["head_kernel"] == "PerTensorTorchFP8ScaledMMLinearKernel"
     assert r["head_tp_size"] == 1
     assert (r["draft_config_hidden_size"], r["draft_config_vocab_size"]) == (H, V)

@@ -18,12 +18,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from engine_support import engine_env, free_port, tree
 
 from draft_head_fp8 import validate_post_share_receipt
 from draft_head_fp8.archive import Archive
+from draft_head_fp8.evidence import receipt_path
 from draft_head_fp8.tiny import build_tiny_pair
-
-from engine_support import engine_env, free_port, tree
 
 pytestmark = pytest.mark.engine
 
@@ -91,7 +91,7 @@ def test_server_has_a_valid_receipt_before_its_first_completion(tmp_path):
             # Listening, and nothing has been asked yet: the proof must already be on disk.
             boots = Archive(archive).boots()
             assert [b.status for b in boots] == ["sealed"]
-            validate_post_share_receipt(json.loads(boots[0].read_bytes("receipts/post_share-rank0.json")))
+            validate_post_share_receipt(json.loads(boots[0].read_bytes(receipt_path(0))))
             body = json.dumps(
                 {"model": str(pair.target), "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0}
             ).encode()

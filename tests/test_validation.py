@@ -1,4 +1,4 @@
-"""Fail-closed validation (SPEC section 4): the 22 checks, each triggered alone from a valid receipt
+"""Fail-closed validation (docs/contract.md, "Validation"): every check, triggered alone from a valid receipt
 with its exact message, their order, and property tests: nothing but ``HeadFp8EligibilityError``
 escapes, and no change to a gated field is accepted.
 """
@@ -13,8 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draft_head_fp8 import EXPECTED_METHOD, HeadFp8EligibilityError, validate_post_share_receipt
-from draft_head_fp8 import schemas
+from draft_head_fp8 import (
+    EXPECTED_METHOD,
+    HeadFp8EligibilityError,
+    schemas,
+    validate_post_share_receipt,
+)
 
 H, V = 1024, 262144
 REQUIRED = [
@@ -111,7 +115,7 @@ def test_fixture_is_valid_and_matches_schema():
     assert validate_post_share_receipt(copy.deepcopy(receipt)) is None
 
 
-# ---------------------------------------------------------------- the 22 checks, one at a time
+# ---------------------------------------------------------------- every check, one at a time
 
 
 def setw(key, inner, value):
@@ -135,58 +139,60 @@ def drop(key):
     return mutate
 
 
+# The checks after the key check, by label, in contract order (docs/contract.md), with their
+# exact messages.
 MESSAGES = {
-    2: "receipt is not eligible",
-    3: "only TP1 is supported by this prototype",
-    4: "draft config did not provide head dimensions",
-    5: "draft config dimensions are missing",
-    6: "head hidden partition does not match draft config",
-    7: "head vocab partition does not match draft config",
-    8: "unexpected head class",
-    9: "unexpected online head method",
-    10: "kernel selection was not recorded",
-    11: "head FP8 weight/scale metadata is incomplete",
-    12: "head FP8 weight/scale is not finite",
-    13: "head scale is not one finite positive scalar",
-    14: "processed head shape does not match [hidden, vocab] logical shape",
-    15: "head weight is not an FP8 dtype",
-    16: "head still aliases draft input embedding",
-    17: "head aliases target input embedding",
-    18: "draft input embedding was not shared with target",
-    19: "draft input embedding is not BF16",
-    20: "target LM head was routed to draft FP8 method",
-    21: "target LM head is not BF16",
-    22: "target LM head is not on an unquantized method",
+    'eligible': "receipt is not eligible",
+    'tensor parallel 1': "only TP1 is supported by this prototype",
+    'head dimensions known': "draft config did not provide head dimensions",
+    'draft config dimensions': "draft config dimensions are missing",
+    'hidden partition = config': "head hidden partition does not match draft config",
+    'vocab partition = config': "head vocab partition does not match draft config",
+    'head class': "unexpected head class",
+    'head method': "unexpected online head method",
+    'kernel recorded': "kernel selection was not recorded",
+    'weight/scale metadata': "head FP8 weight/scale metadata is incomplete",
+    'weight/scale finite': "head FP8 weight/scale is not finite",
+    'scale is one positive scalar': "head scale is not one finite positive scalar",
+    'weight shape [hidden, vocab]': "processed head shape does not match [hidden, vocab] logical shape",
+    'weight is FP8': "head weight is not an FP8 dtype",
+    'head not the draft embedding': "head still aliases draft input embedding",
+    'head not the target embedding': "head aliases target input embedding",
+    'draft embedding shared': "draft input embedding was not shared with target",
+    'draft embedding BF16': "draft input embedding is not BF16",
+    'target head not FP8': "target LM head was routed to draft FP8 method",
+    'target head BF16': "target LM head is not BF16",
+    'target head unquantized': "target LM head is not on an unquantized method",
 }
 
 # check -> mutations that fail that check and nothing before it (from the valid fixture)
 ALONE = {
-    2: [put("eligible", False), put("eligible", None), put("eligible", 1), put("eligible", "true")],
-    3: [put("head_tp_size", 2), put("head_tp_size", None), put("head_tp_size", "1"), put("head_tp_size", 0)],
-    4: [put("head_expected_weight_shape", None)],
-    5: [
+    'eligible': [put("eligible", False), put("eligible", None), put("eligible", 1), put("eligible", "true")],
+    'tensor parallel 1': [put("head_tp_size", 2), put("head_tp_size", None), put("head_tp_size", "1"), put("head_tp_size", 0)],
+    'head dimensions known': [put("head_expected_weight_shape", None)],
+    'draft config dimensions': [
         put("draft_config_hidden_size", None),
         put("draft_config_vocab_size", None),
         drop("draft_config_hidden_size"),
         drop("draft_config_vocab_size"),
     ],
-    6: [put("head_partition_hidden_size", 512), put("head_partition_hidden_size", None), drop("head_partition_hidden_size")],
-    7: [put("head_partition_vocab_size", V - 1), put("head_partition_vocab_size", None), drop("head_partition_vocab_size")],
-    8: [
+    'hidden partition = config': [put("head_partition_hidden_size", 512), put("head_partition_hidden_size", None), drop("head_partition_hidden_size")],
+    'vocab partition = config': [put("head_partition_vocab_size", V - 1), put("head_partition_vocab_size", None), drop("head_partition_vocab_size")],
+    'head class': [
         put("head_class", "vllm.VocabParallelEmbedding"),
         put("head_class", "ParallelLMHead"),
         put("head_class", "x.ParallelLMHead.y"),
         put("head_class", None),
     ],
-    9: [
+    'head method': [
         put("head_method", "UnquantizedEmbeddingMethod"),
         put("head_method", None),
         put("head_method", EXPECTED_METHOD + "X"),
         put("head_method", EXPECTED_METHOD.lower()),
         put("head_method", [EXPECTED_METHOD]),
     ],
-    10: [put("head_kernel", None), put("head_kernel", ""), put("head_kernel", 0)],
-    11: [
+    'kernel recorded': [put("head_kernel", None), put("head_kernel", ""), put("head_kernel", 0)],
+    'weight/scale metadata': [
         put("head_weight", None),
         put("head_weight", {}),
         put("head_weight", "torch.float8_e4m3fn"),
@@ -198,14 +204,14 @@ ALONE = {
         setw("head_weight_scale", "dtype", None),
         lambda r: r["head_weight"].pop("dtype"),
     ],
-    12: [
+    'weight/scale finite': [
         setw("head_weight", "finite", False),
         setw("head_weight", "finite", None),
         setw("head_weight", "finite", 1),
         setw("head_weight_scale", "finite", False),
         setw("head_weight_scale", "finite", None),
     ],
-    13: [
+    'scale is one positive scalar': [
         setw("head_weight_scale", "shape", [1, 1]),
         setw("head_weight_scale", "shape", [2]),
         setw("head_weight_scale", "shape", []),
@@ -213,51 +219,52 @@ ALONE = {
         setw("head_weight_scale", "positive_scalar", False),
         setw("head_weight_scale", "positive_scalar", None),
     ],
-    14: [
+    'weight shape [hidden, vocab]': [
         setw("head_weight", "shape", [V, H]),  # not transposed
         setw("head_weight", "shape", None),
         setw("head_weight", "shape", [H, V, 1]),
         put("head_expected_weight_shape", [V, H]),
     ],
-    15: [
+    'weight is FP8': [
         setw("head_weight", "dtype", "torch.bfloat16"),
         setw("head_weight", "dtype", "torch.int8"),
         setw("head_weight", "dtype", "fp8"),
     ],
-    16: [put("head_weight_is_draft_embed", True), put("head_weight_is_draft_embed", None), put("head_weight_is_draft_embed", 0)],
-    17: [put("head_weight_is_target_embed", True), put("head_weight_is_target_embed", None)],
-    18: [
+    'head not the draft embedding': [put("head_weight_is_draft_embed", True), put("head_weight_is_draft_embed", None), put("head_weight_is_draft_embed", 0)],
+    'head not the target embedding': [put("head_weight_is_target_embed", True), put("head_weight_is_target_embed", None)],
+    'draft embedding shared': [
         put("draft_embed_weight_is_target_embed", False),
         put("draft_embed_weight_is_target_embed", None),
         put("draft_embed_weight_is_target_embed", 1),
     ],
-    19: [
+    'draft embedding BF16': [
         setw("draft_embed", "dtype", "torch.float16"),
         setw("draft_embed", "dtype", "torch.float8_e4m3fn"),
         put("draft_embed", None),
         put("draft_embed", "torch.bfloat16"),  # a snapshot must be a mapping
     ],
-    20: [
+    'target head not FP8': [
         put("target_lm_head_method", EXPECTED_METHOD),
         put("target_lm_head_method", PACKAGE_METHOD),
         put("target_lm_head_method", "Unquantized+" + EXPECTED_METHOD),
     ],
-    21: [
+    'target head BF16': [
         setw("target_lm_head_weight", "dtype", "torch.float8_e4m3fn"),
         setw("target_lm_head_weight", "dtype", "torch.float32"),
         put("target_lm_head_weight", None),
     ],
-    22: [
+    'target head unquantized': [
         put("target_lm_head_method", "Fp8LinearMethod"),
         put("target_lm_head_method", None),
         put("target_lm_head_method", "unquantizedEmbeddingMethod"),
     ],
 }
 
+ORDER = list(MESSAGES)
 CASES = [(check, i, m) for check, ms in ALONE.items() for i, m in enumerate(ms)]
 
 
-@pytest.mark.parametrize("check, index, mutate", CASES, ids=[f"check{c}-{i}" for c, i, _ in CASES])
+@pytest.mark.parametrize("check, index, mutate", CASES, ids=[f"{c}-{i}" for c, i, _ in CASES])
 def test_each_check_alone(check, index, mutate):
     receipt = valid_receipt()
     mutate(receipt)
@@ -265,8 +272,14 @@ def test_each_check_alone(check, index, mutate):
 
 
 def test_every_check_has_a_case():
-    assert sorted(ALONE) == list(range(2, 23))
+    assert list(ALONE) == ORDER
     assert all(ALONE.values())
+
+
+def test_the_package_table_is_the_contract():
+    from draft_head_fp8.evidence.checks import messages
+
+    assert messages() == MESSAGES  # labels, messages and their order
 
 
 @pytest.mark.parametrize("key", REQUIRED)
@@ -293,18 +306,18 @@ def test_check1_non_mapping(receipt):
 
 def test_check1_wins_over_everything():
     receipt = valid_receipt()
-    for check in range(22, 1, -1):
+    for check in reversed(ORDER):
         ALONE[check][0](receipt)
     del receipt["head_kernel"]
     assert message_of(receipt) == "receipt missing ['head_kernel']"
 
 
-@pytest.mark.parametrize("check", range(2, 23))
+@pytest.mark.parametrize("check", ORDER)
 def test_first_failing_check_wins(check):
     # Break this check and every later one (applied from last to first, so that where two
     # mutations touch the same key the earlier check's wins): this check's message is reported.
     receipt = valid_receipt()
-    for later in range(22, check - 1, -1):
+    for later in reversed(ORDER[ORDER.index(check):]):
         ALONE[later][0](receipt)
     assert message_of(receipt) == MESSAGES[check]
 
@@ -453,16 +466,16 @@ def test_deep_nesting_is_refused_by_name():
 
 # ---------------------------------------------------------------- properties
 
-# "Gated": a key whose value some SPEC check reads. For a single-field change to a valid receipt
+# "Gated": a key whose value some contract check reads. For a single-field change to a valid receipt
 # (every other field as in valid_receipt()), the gate of a key is exactly the set of values that
-# the SPEC checks reading it accept, written below from the SPEC's own predicates (identity for
+# the contract's checks reading it accept, written below from the contract's own predicates (identity for
 # `is True`/`is False`, Python `==` for `!=`, substring tests on `str(value).lower()` or
 # `str(value)`, truthiness for "falsy"). "No mutation of a gated field is accepted" then means:
 # validation passes after the change only when the new value is in the gate -- the only values
 # different from the original it can accept are its equivalents under the check itself (1.0 or
 # True for tp size 1, [1024.0, 262144] for the shape, another string still containing "float8"
 # or "bfloat16", still ending with ".ParallelLMHead", another accepted method name, any truthy
-# kernel name) -- and it passes for every such value (validation is no stricter than the SPEC).
+# kernel name) -- and it passes for every such value (validation is no stricter than the contract).
 # Strict gates (eligible, the three alias flags, finite, positive_scalar) admit only the original
 # object (True/False by identity). Ungated keys (schema, phase, eligibility_reason, role, prefix,
 # ordered_embeddings, tie_word_embeddings, quant_spec, head_method_module, draft/target embedding
@@ -654,7 +667,7 @@ def test_mutation_refusal_names_the_spec_message(key, value):
     receipt[key] = value
     message = outcome(receipt)
     if message is not None:
-        # JSON-like values never make the checks themselves fail: the refusal is one of the 22.
+        # JSON-like values never make the checks themselves fail: the refusal is a contract message.
         assert message in MESSAGES.values() or message.startswith("receipt missing ["), message
 
 

@@ -1,4 +1,4 @@
-"""Write-once receipt files (SPEC section 5): exact bytes, parents, never overwrite, racing writers
+"""Write-once receipt files (docs/contract.md, "Receipt file"): exact bytes, parents, never overwrite, racing writers
 in real processes, SIGKILL at random instants, and the named-temporary fallback of
 ``durable.create_exclusive`` for filesystems without ``O_TMPFILE``.
 
@@ -21,8 +21,9 @@ import time
 
 import pytest
 
-from draft_head_fp8 import durable, write_runtime_receipt
-from draft_head_fp8.receipt import receipt_bytes
+from draft_head_fp8 import write_runtime_receipt
+from draft_head_fp8.archive import durable
+from draft_head_fp8.evidence.encoding import document_bytes as receipt_bytes
 
 RECEIPT = {
     "schema": "draft-head-fp8-runtime-receipt/v2",

@@ -4,6 +4,8 @@ start-up that exactly that happened, and keep every boot's proof in a write-once
 Importing the package loads neither torch nor vLLM: the policy and receipt tooling run anywhere.
 """
 
+from draft_head_fp8.evidence.checks import validate_post_share_receipt
+from draft_head_fp8.evidence.receipt import make_runtime_receipt, write_runtime_receipt
 from draft_head_fp8.policy import (
     EXPECTED_METHOD,
     EXPECTED_ONLINE_SPEC,
@@ -12,13 +14,8 @@ from draft_head_fp8.policy import (
     HeadFp8EligibilityError,
     eligibility,
     env_enabled,
-    select_draft_head_method,
 )
-from draft_head_fp8.receipt import (
-    make_runtime_receipt,
-    validate_post_share_receipt,
-    write_runtime_receipt,
-)
+from draft_head_fp8.selection import select_draft_head_method
 
 __version__ = "0.1.0"
 

@@ -1,14 +1,19 @@
-"""Policy: may this layer's LM head be served in FP8? Pure decisions, no torch, no vLLM at import.
+"""Policy: may this layer's LM head be served in FP8? Pure decisions: no torch, and no vLLM
+import, not even a lazy one (vLLM's class is looked up among the modules already loaded).
 
-The rules and their reason strings are a contract (SPEC section 2): people moved here from the
-experiment overlay keep matching on them. The first failing rule wins.
+The rules and their reason strings are the contract (docs/contract.md, "Policy"): people moved
+here from the experiment overlay keep matching on them. The first failing rule wins. Turning a
+decision into a vLLM head method is ``draft_head_fp8.selection``'s job.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 EXPERIMENT_ENV = "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"
@@ -58,12 +63,30 @@ def _named_like_parallel_lm_head(cls: Any) -> bool:
     ).endswith("vocab_parallel_embedding")
 
 
-def _vllm_parallel_lm_head() -> type | None:
+_VLLM_HEAD_MODULE = "vllm.model_executor.layers.vocab_parallel_embedding"
+
+
+class _NotLoaded:
+    """Stands for vLLM's ParallelLMHead while vLLM is installed but not imported: no object can
+    be an instance of a class that does not exist yet, so nothing is an instance of this."""
+
+
+@cache
+def _vllm_installed() -> bool:
     try:
-        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-    except Exception:  # vLLM absent or broken: fall back to the name test
-        return None
-    return ParallelLMHead
+        return importlib.util.find_spec("vllm") is not None  # finds, never imports
+    except (ImportError, ValueError):
+        return False
+
+
+def _vllm_parallel_lm_head() -> type | None:
+    """vLLM's ``ParallelLMHead`` if vLLM has loaded it; ``_NotLoaded`` if vLLM is installed but
+    not loaded; None without vLLM (then the class is recognised by name)."""
+    module = sys.modules.get(_VLLM_HEAD_MODULE)
+    head = getattr(module, "ParallelLMHead", None)
+    if isinstance(head, type):
+        return head
+    return _NotLoaded if _vllm_installed() else None
 
 
 def is_lm_head(
@@ -138,47 +161,3 @@ def eligibility(
     if head_dtype is not None and model_dtype is not None and str(head_dtype) != str(model_dtype):
         return decide("custom FP8 head requires head dtype aligned with hidden dtype")
     return decide("eligible")
-
-
-def _default_method_factory() -> Any:
-    from draft_head_fp8.vllm_plugin.head_method import DraftHeadFp8LinearMethod
-
-    return DraftHeadFp8LinearMethod()
-
-
-def select_draft_head_method(
-    *,
-    layer: Any,
-    quant_config: Any,
-    role: str,
-    prefix: str,
-    enabled: bool,
-    ordered_embeddings: bool,
-    tie_word_embeddings: bool,
-    head_dtype: Any = None,
-    model_dtype: Any = None,
-    parallel_lm_head_type: type | None = None,
-    parallel_lm_head_class: type | None = None,
-    method_factory: Callable[[], Any] | None = None,
-) -> tuple[Any, Eligibility]:
-    decision = eligibility(
-        layer=layer,
-        quant_config=quant_config,
-        role=role,
-        prefix=prefix,
-        enabled=enabled,
-        ordered_embeddings=ordered_embeddings,
-        tie_word_embeddings=tie_word_embeddings,
-        head_dtype=head_dtype,
-        model_dtype=model_dtype,
-        parallel_lm_head_type=parallel_lm_head_type,
-        parallel_lm_head_class=parallel_lm_head_class,
-    )
-    if not decision.eligible:
-        # The user asked for FP8 on this very head and it is unsafe: the engine must not start on
-        # a silent fallback. Anything else (flag off, target role, other layers) resolves normally.
-        if enabled and role == "draft" and is_lm_head(layer, parallel_lm_head_type, parallel_lm_head_class):
-            raise HeadFp8EligibilityError(decision.reason)
-        return None, decision
-    factory = method_factory if method_factory is not None else _default_method_factory
-    return factory(), decision

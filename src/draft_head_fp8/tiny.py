@@ -3,7 +3,8 @@ bf16 safetensors plus a tokenizer trained here, built in seconds and without any
 
 The shapes follow the real Gemma 4 layout (a sliding and a full attention layer, a KV-shared
 assistant whose head is tied to its own embedding); only the sizes are small. Weights are random
-unless a trained pair is asked for (see ``draft_head_fp8.train``).
+unless a trained pair is asked for: ``shipped_pair()`` is the one trained by
+``tools/train_tiny_pair.py`` that ships with the package.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ TARGET_HIDDEN = 128
 DRAFT_HIDDEN = 64
 INTERMEDIATE = 256
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
+DATA_DIR = Path(__file__).resolve().parent / "data" / "tiny_pair"
 
 
 @dataclass(frozen=True)
@@ -29,23 +31,42 @@ class TinyPair:
     assistant: Path
 
 
-def tokenizer_corpus() -> list[str]:
-    """Text that ships with Python itself: the docstrings of the standard library's top-level
-    modules, read from their source (nothing is imported), in a fixed order."""
-    import ast
+def shipped_pair() -> TinyPair:
+    """The trained pair that ships with the package (what the demo runs on)."""
+    return TinyPair(target=DATA_DIR / "target", assistant=DATA_DIR / "assistant")
+
+
+def stdlib_files() -> list[Path]:
+    """The standard library's top-level ``.py`` files, sorted: text that ships with Python."""
     import sysconfig
 
+    return sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+
+
+def docstrings(path: Path) -> list[tuple[str | None, str]]:
+    """(name, docstring) of a source file's module, classes and functions, in ``ast.walk``
+    order, read from source (nothing is imported); the module's name is None."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node)
+            if doc:
+                found.append((getattr(node, "name", None), doc))
+    return found
+
+
+def tokenizer_corpus() -> list[str]:
+    """The tokenizer's training text: every non-blank docstring line of ``stdlib_files()``."""
     lines: list[str] = []
-    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, OSError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node)
-                if doc:
-                    lines.extend(line.strip() for line in doc.splitlines() if line.strip())
+    for path in stdlib_files():
+        for _, doc in docstrings(path):
+            lines.extend(line.strip() for line in doc.splitlines() if line.strip())
     return lines
 
 

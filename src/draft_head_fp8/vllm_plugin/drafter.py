@@ -18,8 +18,10 @@ from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbed
 from vllm.model_executor.models.gemma4_mtp import Gemma4MTP
 
 from draft_head_fp8.checkpoint import resolve_model_dir, tensor_sha256_as
-from draft_head_fp8.policy import HeadFp8EligibilityError, env_enabled, select_draft_head_method
+from draft_head_fp8.policy import HeadFp8EligibilityError, env_enabled
+from draft_head_fp8.selection import select_draft_head_method
 from draft_head_fp8.vllm_plugin import post_share
+from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
 logger = init_logger(__name__)
 
@@ -37,7 +39,7 @@ class DraftHeadFp8Gemma4MTP(Gemma4MTP):
         try:
             self._choose_head(vllm_config)
         except Exception as exc:
-            post_share.announce_refusal(exc)
+            announce_refusal(exc)
             raise
 
     def _choose_head(self, vllm_config: VllmConfig) -> None:

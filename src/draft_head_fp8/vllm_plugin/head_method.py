@@ -20,64 +20,20 @@ from typing import Any
 
 import torch
 from torch.nn import Parameter
-
 from vllm.config import get_current_vllm_config
-from vllm.model_executor.kernels.linear import (
-    _POSSIBLE_FP8_KERNELS,
-    choose_scaled_mm_linear_kernel,
-    init_fp8_linear_kernel,
-)
+from vllm.model_executor.kernels.linear import init_fp8_linear_kernel
 from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
     FP8ScaledMMLinearLayerConfig,
 )
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 from vllm.model_executor.layers.quantization.online.fp8 import Fp8PerTensorOnlineLinearMethod
 from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
-from vllm.platforms import current_platform
 
+from draft_head_fp8.evidence.diagnostics import head_record
 from draft_head_fp8.fp8 import quantize_per_tensor, tensor_sha256
 from draft_head_fp8.policy import HeadFp8EligibilityError
-from draft_head_fp8.vllm_plugin.post_share import announce_refusal
-
-
-# vLLM's FP8 kernels whose processed weight stays the plain FP8 [hidden, vocab] matrix with one
-# [1] scale (their process_weights_after_loading does nothing, or pads only dims that are not a
-# multiple of 16). Others repack it (the CPU AMX kernel into VNNI tiles with a block scale, Marlin,
-# ...), and the receipt could no longer prove shape, dtype and scale. Kernels vLLM adds later are
-# left out until someone reads them: the receipt would refuse them anyway.
-LAYOUT_KEEPING_KERNELS = frozenset(
-    {
-        "FlashInferFP8ScaledMMLinearKernel",
-        "CutlassFP8ScaledMMLinearKernel",
-        "PerTensorTorchFP8ScaledMMLinearKernel",
-        "ChannelWiseTorchFP8ScaledMMLinearKernel",
-    }
-)
-
-
-def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig) -> tuple[type, str | None]:
-    """vLLM's own kernel choice, in vLLM's order of preference, over the layout-keeping kernels.
-
-    Returns the kernel class and the name vLLM would have chosen without the restriction.
-    """
-    platform_kernels = _POSSIBLE_FP8_KERNELS.get(current_platform._enum, [])
-    try:
-        unrestricted = choose_scaled_mm_linear_kernel(
-            config, _POSSIBLE_FP8_KERNELS, quantization="fp8_w8a8"
-        ).__name__
-    except ValueError:
-        unrestricted = None
-    kept = [k for k in platform_kernels if k.__name__ in LAYOUT_KEEPING_KERNELS]
-    try:
-        chosen = choose_scaled_mm_linear_kernel(
-            config, {current_platform._enum: kept}, quantization="fp8_w8a8"
-        )
-    except ValueError as exc:
-        raise HeadFp8EligibilityError(
-            f"no FP8 kernel that keeps the [hidden, vocab] layout the receipt proves can run here "
-            f"(tried {[k.__name__ for k in kept]}; vLLM says: {exc})"
-        ) from None
-    return chosen, unrestricted
+from draft_head_fp8.vllm_plugin.kernels import choose_head_kernel
+from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
 
 class DraftHeadFp8LinearMethod(QuantizeMethodBase):
@@ -168,28 +124,20 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         self.fp8_linear.process_weights_after_loading(layer)
         layer._draft_head_fp8_done = True
         done = time.perf_counter()
-        self.diagnostics = {
-            "source_dtype": str(source.dtype),
-            "source_shape": [int(d) for d in source.shape],
-            "source_rows_hashed": vocab,
-            "source_sha256": source_sha256,
-            "checkpoint": checkpoint,
-            "provenance_verified": checkpoint is not None,
-            "amax": quantized.amax,
-            "scale": float(quantized.scale[0]),
-            "row_amax_max": quantized.row_amax_max,
-            "row_amax_median": quantized.row_amax_median,
-            "row_amax_ratio": quantized.row_amax_ratio,
-            "kernel": type(self.fp8_linear).__name__,
-            # What vLLM would pick for a plain linear of this shape; differs where that kernel
-            # repacks the weight out of the layout the receipt proves (e.g. AMX on CPU).
-            "vllm_default_kernel": self.vllm_default_kernel,
-            "seconds": {
-                "hash_source": round(hashed - started, 6),
-                "quantize": round(quantized_at - hashed, 6),
-                "total_with_checkpoint_hash": round(done - started, 6),
+        self.diagnostics = head_record(
+            source=source,
+            rows_hashed=vocab,
+            source_sha256=source_sha256,
+            checkpoint=checkpoint,
+            quantized=quantized,
+            kernel=type(self.fp8_linear).__name__,
+            vllm_default_kernel=self.vllm_default_kernel,
+            seconds={
+                "hash_source": hashed - started,
+                "quantize": quantized_at - hashed,
+                "total_with_checkpoint_hash": done - started,
             },
-        }
+        )
 
     def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return self.fp8_linear.apply_weights(layer, x, bias)

@@ -13,42 +13,35 @@ raises from the hook, which makes engine start-up fail with the reason.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import weakref
 from typing import Any
 
 import torch
 from torch.nn.modules.module import register_module_module_registration_hook
-
 from vllm.logger import init_logger
 
+from draft_head_fp8.evidence import POST_SHARE, diagnostics, diagnostics_path, receipt_path
+from draft_head_fp8.evidence.checks import validate_post_share_receipt
+from draft_head_fp8.evidence.encoding import document_bytes
+from draft_head_fp8.evidence.receipt import make_runtime_receipt
 from draft_head_fp8.policy import HeadFp8EligibilityError
-from draft_head_fp8.receipt import make_runtime_receipt, receipt_bytes, validate_post_share_receipt
+from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
 logger = init_logger(__name__)
 
-DIAGNOSTICS_SCHEMA = "draft-head-fp8-diagnostics/v1"
-
 _hook_handle: Any = None
 # Models that had an `lm_head` registered on them, weakly: the target's language model is one.
-_lm_head_owners: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+_lm_head_owners: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 # inner draft model (the module whose embed_tokens the proposer replaces) -> armed drafter state
-_armed: "weakref.WeakKeyDictionary[torch.nn.Module, _Armed]" = weakref.WeakKeyDictionary()
-_pending: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+_armed: weakref.WeakKeyDictionary[torch.nn.Module, _Armed] = weakref.WeakKeyDictionary()
+_pending: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
 class _Armed:
     def __init__(self, drafter: torch.nn.Module, vllm_config: Any) -> None:
         self.drafter = weakref.ref(drafter)
         self.rank = int(getattr(vllm_config.parallel_config, "rank", 0) or 0)
-
-
-def announce_refusal(exc: BaseException) -> None:
-    """One line on stderr, whatever vLLM's logging does: vLLM logs to stdout by default, and a
-    refused start must be visible where operators look for errors."""
-    print(f"draft-head-fp8: refusing to start: {exc}", file=sys.stderr, flush=True)
 
 
 def install_hook() -> None:
@@ -111,22 +104,21 @@ def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, rank: int)
         draft_model=drafter,
         target_model=target,
         decision=drafter.head_decision,
-        phase="post_share",
+        phase=POST_SHARE,
     )
     try:
         validate_post_share_receipt(receipt)
         failure = None
     except HeadFp8EligibilityError as exc:
         failure = str(exc)
-    diagnostics = {
-        "schema": DIAGNOSTICS_SCHEMA,
-        "phase": "post_share",
-        "rank": rank,
-        "target_class": f"{type(target).__module__}.{type(target).__name__}",
-        "head": getattr(drafter.lm_head.quant_method, "diagnostics", {}),
-        "validation": {"passed": failure is None, "reason": failure},
-    }
-    where = _archive(receipt, diagnostics, rank)
+    record = diagnostics.record(
+        phase=POST_SHARE,
+        rank=rank,
+        target_class=f"{type(target).__module__}.{type(target).__name__}",
+        head=getattr(drafter.lm_head.quant_method, "diagnostics", {}),
+        failure=failure,
+    )
+    where = _archive(receipt, record, rank)
     if failure is not None:
         raise HeadFp8EligibilityError(
             f"post-share receipt failed validation: {failure} (receipt archived in {where})"
@@ -144,17 +136,14 @@ def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, rank: int)
     )
 
 
-def _archive(receipt: dict, diagnostics: dict, rank: int) -> str:
+def _archive(receipt: dict, record: dict, rank: int) -> str:
     from draft_head_fp8.archive import Archive, ArchiveError, default_root
 
     try:
         archive = Archive(os.environ.get("DRAFT_HEAD_FP8_ARCHIVE") or default_root())
-        boot = archive.begin_boot(extra={"device_names": _device_names()})
-        boot.add_bytes(f"receipts/post_share-rank{rank}.json", receipt_bytes(receipt))
-        boot.add_bytes(
-            f"diagnostics/post_share-rank{rank}.json",
-            (json.dumps(diagnostics, indent=2, sort_keys=True) + "\n").encode("utf-8"),
-        )
+        boot = archive.begin_boot()
+        boot.add_bytes(receipt_path(rank), document_bytes(receipt))
+        boot.add_bytes(diagnostics_path(rank), document_bytes(record))
         boot.seal()
     except (OSError, ArchiveError) as exc:
         # The proof is the product: a boot that cannot keep it does not start.
@@ -164,8 +153,3 @@ def _archive(receipt: dict, diagnostics: dict, rank: int) -> str:
         ) from exc
     return str(boot.path)
 
-
-def _device_names() -> list[str]:
-    if torch.cuda.is_available():
-        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    return ["cpu"]

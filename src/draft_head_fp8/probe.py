@@ -1,12 +1,13 @@
-"""Run the real vLLM engine once on a target + MTP assistant and report what happened, as JSON.
+"""Inside one engine process: run vLLM once on a target + MTP assistant and report what the
+workers serve, as JSON. The parent side (environment, subprocess, progress) is ``harness``.
 
 One engine per process: vLLM loads its plugins once per process, and the plugin reads the flag
-then, so a flag-off and a flag-on run need two processes. The demo and the engine tests start this
-module as a subprocess (``python -m draft_head_fp8.engine ...``) and read the facts it writes.
+then, so a flag-off and a flag-on run need two processes.
 
-The worker-side functions reach vLLM's workers as a ``worker_extension_cls`` and are called by
-name through ``LLM.collective_rpc``: nothing is pickled between processes, so multiprocess mode
-works without vLLM's insecure-serialization fallback.
+What the workers serve is observed with the receipt capture itself (``make_runtime_receipt``,
+phase ``observed``), so the flag-off run is described in the same words as the archived
+receipt of the flag-on run. The worker side is a ``worker_extension_cls`` called by name through
+``LLM.collective_rpc``: nothing is pickled between processes.
 """
 
 from __future__ import annotations
@@ -25,76 +26,72 @@ DEFAULT_PROMPTS = [
     "Return a new list containing",
     "This module provides",
 ]
-
-# Fast, stable CPU engines (see shared notes): one OpenMP thread avoids 20-90x oversubscription
-# slowdowns on small machines; no thread pinning.
-CPU_ENGINE_ENV = {
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "OMP_NUM_THREADS": "1",
-}
+OBSERVED = "observed"
 
 
 def _runner(worker: Any) -> Any:
     return worker.model_runner
 
 
-def _language_model(target: Any) -> Any:
-    get = getattr(target, "get_language_model", None)
-    return get() if callable(get) else target
+def _decision(drafter: Any) -> Any:
+    """The plugin's decision for this head, or, for a stock drafter, what the policy says."""
+    decision = getattr(drafter, "head_decision", None)
+    if decision is not None:
+        return decision
+    from draft_head_fp8.policy import eligibility, env_enabled
+
+    head = drafter.lm_head
+    return eligibility(
+        layer=head,
+        quant_config=getattr(drafter, "quant_config", None),
+        role="draft",
+        prefix=getattr(head, "prefix", "lm_head"),
+        enabled=env_enabled(),
+        ordered_embeddings=bool(getattr(drafter.config, "use_ordered_embeddings", False)),
+        tie_word_embeddings=bool(getattr(drafter.config, "tie_word_embeddings", True)),
+    )
 
 
-def worker_facts(worker: Any) -> dict:
-    """What the worker's models look like now (metadata and hashes only)."""
+def observe(worker: Any) -> dict:
+    """What this worker's models look like now: a receipt of the draft head as it serves, the
+    target embedding's hash, and whether the plugin touched vLLM at all."""
     from torch.nn.modules.module import _global_module_registration_hooks
     from vllm import ModelRegistry
 
+    from draft_head_fp8.evidence.receipt import make_runtime_receipt
     from draft_head_fp8.fp8 import tensor_sha256
 
     runner = _runner(worker)
-    target = _language_model(runner.model)
+    target = runner.model
     drafter = runner.drafter.model
-    head = drafter.lm_head
-    method = head.quant_method
-    kernel = getattr(method, "fp8_linear", None)
-    embed = target.model.embed_tokens.weight
-    scale = getattr(head, "weight_scale", None)
+    get_language_model = getattr(target, "get_language_model", None)
+    language_model = get_language_model() if callable(get_language_model) else target
     entry = ModelRegistry.models.get("Gemma4MTPModel")
-    head_bytes = head.weight.numel() * head.weight.element_size()
-    if scale is not None:
-        head_bytes += scale.numel() * scale.element_size()
+    receipt = make_runtime_receipt(
+        head=drafter.lm_head,
+        draft_model=drafter,
+        target_model=target,
+        decision=_decision(drafter),
+        phase=OBSERVED,
+    )
     return {
+        "receipt": receipt,
+        "target_embed_sha256": tensor_sha256(language_model.model.embed_tokens.weight),
         # With the flag off these must show that the plugin did nothing at all.
-        "plugin_modules": sorted(m for m in sys.modules if m.startswith("draft_head_fp8.vllm_plugin.")),
+        "plugin_modules": sorted(
+            m for m in sys.modules if m.startswith("draft_head_fp8.vllm_plugin.")
+        ),
         "module_registration_hooks": len(_global_module_registration_hooks),
-        "registry_entry": _registry_name(entry),
+        "registry_entry": None
+        if entry is None
+        else f"{getattr(entry, 'module_name', '?')}:{getattr(entry, 'class_name', repr(entry))}",
         "drafter_class": f"{type(drafter).__module__}.{type(drafter).__name__}",
-        "target_class": f"{type(target).__module__}.{type(target).__name__}",
-        "target_embed_sha256": tensor_sha256(embed),
-        "target_embed_dtype": str(embed.dtype),
-        "target_head_method": type(target.lm_head.quant_method).__name__,
-        "target_head_dtype": str(target.lm_head.weight.dtype),
-        "target_head_is_target_embed": target.lm_head.weight is embed,
-        "draft_embed_is_target_embed": drafter.model.embed_tokens.weight is embed,
-        "draft_head_method": type(method).__name__,
-        "draft_head_kernel": None if kernel is None else type(kernel).__name__,
-        "draft_head_dtype": str(head.weight.dtype),
-        "draft_head_shape": [int(d) for d in head.weight.shape],
-        "draft_head_scale": None if scale is None else float(scale.reshape(-1)[0]),
-        "draft_head_bytes": int(head_bytes),
-        "draft_head_is_draft_embed_param": head.weight is drafter.model.embed_tokens.weight,
     }
 
 
-def _registry_name(entry: Any) -> str | None:
-    # vLLM registers both the built-in and ours lazily, as "module:Class".
-    if entry is None:
-        return None
-    return f"{getattr(entry, 'module_name', '?')}:{getattr(entry, 'class_name', repr(entry))}"
-
-
 def watch_draft_agreement(worker: Any, assistant_dir: str) -> bool:
-    """Demo instrumentation: next to every draft logits call, compute the BF16 head's logits from
-    the checkpoint's own embedding and count how often the two argmaxes agree."""
+    """Next to every draft logits call, compute the BF16 head's logits from the checkpoint's own
+    embedding and count how often the two argmaxes agree (the draft tokens the head changed)."""
     import torch
     from safetensors import safe_open
 
@@ -117,7 +114,7 @@ def watch_draft_agreement(worker: Any, assistant_dir: str) -> bool:
             stats["agree"] += int(same.sum())
         return logits
 
-    drafter.compute_logits = compute_logits  # instance attribute: this process's demo only
+    drafter.compute_logits = compute_logits  # instance attribute: this process's probe only
     drafter._draft_agreement = stats
     return True
 
@@ -126,16 +123,16 @@ def read_draft_agreement(worker: Any) -> dict | None:
     return getattr(_runner(worker).drafter.model, "_draft_agreement", None)
 
 
-class EngineFacts:
+class WorkerProbe:
     """Mixed into vLLM's worker class (``worker_extension_cls``); ``self`` is the worker."""
 
-    def draft_head_facts(self) -> dict:
-        return worker_facts(self)
+    def probe_observe(self) -> dict:
+        return observe(self)
 
-    def watch_draft_agreement(self, assistant_dir: str) -> bool:
+    def probe_watch_draft_agreement(self, assistant_dir: str) -> bool:
         return watch_draft_agreement(self, assistant_dir)
 
-    def read_draft_agreement(self) -> dict | None:
+    def probe_read_draft_agreement(self) -> dict | None:
         return read_draft_agreement(self)
 
 
@@ -159,7 +156,9 @@ def spec_metrics(llm: Any) -> dict:
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
         # vLLM's convention: the bonus token plus the accepted draft tokens, per draft.
         "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
-        "acceptance_per_position": [p / drafts for p in per_position] if per_position and drafts else None,
+        "acceptance_per_position": [p / drafts for p in per_position]
+        if per_position and drafts
+        else None,
     }
 
 
@@ -192,25 +191,26 @@ def run(
         dtype="bfloat16",
         seed=0,
         disable_log_stats=False,
-        worker_extension_cls="draft_head_fp8.engine.EngineFacts",
+        worker_extension_cls="draft_head_fp8.probe.WorkerProbe",
     )
     init_seconds = time.perf_counter() - started
-    after_start = llm.collective_rpc("draft_head_facts")[0]
+    after_start = llm.collective_rpc("probe_observe")[0]
     if draft_agreement:
-        llm.collective_rpc("watch_draft_agreement", args=(assistant,))
+        llm.collective_rpc("probe_watch_draft_agreement", args=(assistant,))
     started = time.perf_counter()
     inputs = [p if isinstance(p, str) else TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
     outputs = llm.generate(inputs, params, use_tqdm=False)
     generate_seconds = time.perf_counter() - started
-    after_generate = llm.collective_rpc("draft_head_facts")[0]
+    after_generate = llm.collective_rpc("probe_observe")[0]
+    agreement = llm.collective_rpc("probe_read_draft_agreement")[0] if draft_agreement else None
     return {
         "flag": os.environ.get("VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"),
         "prompts": prompts,
         "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
         "texts": [o.outputs[0].text for o in outputs],
         "spec_decode": spec_metrics(llm),
-        "draft_agreement": llm.collective_rpc("read_draft_agreement")[0] if draft_agreement else None,
+        "draft_agreement": agreement,
         "after_start": after_start,
         "after_generate": after_generate,
         "seconds": {"init": round(init_seconds, 3), "generate": round(generate_seconds, 3)},
@@ -219,22 +219,25 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m draft_head_fp8.engine",
-        description="Run vLLM once on a target + Gemma 4 MTP assistant; write what happened as JSON.",
+        prog="python -m draft_head_fp8.probe",
+        description="Run vLLM once on a target + Gemma 4 MTP assistant; write what the workers "
+        "served as JSON. Started by draft_head_fp8.harness.",
     )
     parser.add_argument("--target", required=True)
     parser.add_argument("--assistant", required=True)
     parser.add_argument("--prompt", action="append", help="repeatable; default: a few fixed prompts")
-    parser.add_argument("--prompt-token-ids", metavar="FILE", help="JSON list of token id lists, instead of --prompt")
-    parser.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
+    parser.add_argument(
+        "--prompt-token-ids", metavar="FILE", help="JSON list of token id lists, instead of --prompt"
+    )
+    parser.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens")
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--speculative-tokens", type=int, default=2)
     parser.add_argument("--draft-agreement", action="store_true")
     parser.add_argument("--out", required=True, help="where to write the JSON facts")
     args = parser.parse_args(argv)
-    for key, value in CPU_ENGINE_ENV.items():
-        os.environ.setdefault(key, value)
-    prompts = json.loads(Path(args.prompt_token_ids).read_text()) if args.prompt_token_ids else None
+    prompts = (
+        json.loads(Path(args.prompt_token_ids).read_text()) if args.prompt_token_ids else None
+    )
     facts = run(
         args.target,
         args.assistant,

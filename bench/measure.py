@@ -17,8 +17,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 MIB = 1024 * 1024
 
@@ -45,10 +46,12 @@ def peak_extra(operations: dict[str, Callable[[], Any]]) -> dict[str, int]:
     return out
 
 
-def run_memory_child(script: str, *args: str) -> dict[str, int]:
-    """Run ``script --memory-child ...``; it must print peak_extra()'s dict as its last line."""
+def run_memory_child(module: str, *args: str) -> dict[str, int]:
+    """Run ``python -m module --memory-child ...`` from the repository root; it must print
+    peak_extra()'s dict as its last line."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    done = subprocess.run([sys.executable, os.path.abspath(script), "--memory-child", *args],
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", module, "--memory-child", *args], cwd=root,
                           capture_output=True, text=True, env=env, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"memory child failed:\n{done.stderr[-4000:]}")

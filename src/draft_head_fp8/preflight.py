@@ -1,4 +1,4 @@
-"""Would the flag quantize this assistant's head? A prediction from the configs alone (no weights,
+"""Preflight: would the flag quantize this assistant's head? A prediction from the configs alone (no weights,
 no vLLM import), through the same policy the engine runs.
 
 What the configs cannot show is named, not guessed: the engine still decides, and the post-share

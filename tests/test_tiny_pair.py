@@ -1,18 +1,20 @@
-"""The trained tiny pair that ships with the package, and the trainer that rebuilds it."""
+"""The trained tiny pair that ships with the package, and the tools that rebuild it (tools/)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from draft_head_fp8 import train  # noqa: E402
-from draft_head_fp8.tiny import DRAFT_HIDDEN, TARGET_HIDDEN, VOCAB  # noqa: E402
+from draft_head_fp8.tiny import DRAFT_HIDDEN, TARGET_HIDDEN, VOCAB, shipped_pair  # noqa: E402
+from tools import corpus, draft_replay, train_tiny_pair  # noqa: E402
 
-PAIR = train.shipped_pair()
+PAIR = shipped_pair()
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load_pair():
@@ -60,7 +62,7 @@ def test_shipped_pair_loads_with_expected_config():
 
 
 def test_shipped_pair_training_record():
-    record = json.loads((PAIR.target.parent / "training.json").read_text())
+    record = json.loads((ROOT / "tools" / "tiny_pair_training.json").read_text())
     assert record["schema"] == "draft-head-fp8-tiny-pair-training/v1"
     assert record["target"]["stopped_by_time_cap"] is False
     assert record["assistant"]["stopped_by_time_cap"] is False
@@ -78,15 +80,15 @@ def test_shipped_assistant_drafts_the_target():
     target, assistant = _load_pair()
     target, assistant = target.float(), assistant.float()
     tok = AutoTokenizer.from_pretrained(PAIR.target)
-    prompts = train.heldout_prompts(tok, train.stdlib_docstring_corpus(), count=2, prompt_tokens=16)
-    stats = train.offline_acceptance(target, assistant, prompts, new_tokens=24, steps=train.DRAFT_STEPS)
+    prompts = corpus.heldout_prompts(tok, corpus.stdlib_docstring_corpus(), count=2, prompt_tokens=16)
+    stats = draft_replay.offline_acceptance(target, assistant, prompts, new_tokens=24, steps=draft_replay.DRAFT_STEPS)
     assert stats["num_drafts"] > 0
     assert stats["acceptance_rate"] > 0.2
 
 
 def test_heldout_split_is_disjoint_and_stable():
-    a = train.stdlib_docstring_corpus()
-    b = train.stdlib_docstring_corpus()
+    a = corpus.stdlib_docstring_corpus()
+    b = corpus.stdlib_docstring_corpus()
     assert a == b
     assert a.heldout and a.train
     # Split by file: only docstrings repeated verbatim in several files (e.g. boilerplate) overlap.
@@ -105,18 +107,18 @@ def test_draft_masks_follow_vllm_kv_sharing():
     assistant = Gemma4AssistantForCausalLM(assistant_config()).eval()
     tokens = torch.randint(4, VOCAB, (1, 12))
     with torch.no_grad():
-        tp = train.target_pass(target, tokens)
-        full, _ = train.unrolled_draft(assistant, target, tokens, tp, 1)
+        tp = draft_replay.target_pass(target, tokens)
+        full, _ = draft_replay.unrolled_draft(assistant, target, tokens, tp, 1)
         # The query at position 5 alone, against a target pass that only ever saw tokens 0..6.
         short = tokens[:, :7]
-        tp_short = train.target_pass(target, short)
-        one, _ = train.unrolled_draft(assistant, target, short, tp_short, 1, torch.tensor([[5]]))
+        tp_short = draft_replay.target_pass(target, short)
+        one, _ = draft_replay.unrolled_draft(assistant, target, short, tp_short, 1, torch.tensor([[5]]))
     torch.testing.assert_close(one[0][0, 0], full[0][0, 5], rtol=1e-4, atol=1e-4)
 
 
 def test_train_main_runs_end_to_end(tmp_path):
     out = tmp_path / "pair"
-    code = train.main([
+    code = train_tiny_pair.main([
         str(out), "--target-steps", "2", "--assistant-steps", "2", "--batch", "2",
         "--generated-rows", "2", "--queries-per-row", "4", "--eval-prompts", "1",
     ])
@@ -129,4 +131,4 @@ def test_train_main_runs_end_to_end(tmp_path):
     assert record["target"]["steps"] == 2 and record["assistant"]["steps"] == 2
     assert (out / "target" / "tokenizer.json").is_file()
     with pytest.raises(FileExistsError):
-        train.train_pair(out)
+        train_tiny_pair.train_pair(out)

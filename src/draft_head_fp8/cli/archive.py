@@ -1,118 +1,32 @@
-"""The ``archive`` command (list, show, verify, diff, prune) and the boot-to-boot diff it prints.
+"""``draft-head-fp8 archive list|show|verify|diff|prune``: the per-boot archive, for people.
 
-Mounted under ``draft-head-fp8 archive`` by cli.py; ``python -m draft_head_fp8.archive_cli``
-runs it alone. Errors are one line on stderr; exit status 0 ok, 1 damage or failure, 2 bad input.
+Errors are one line on stderr; exit status 0 ok, 1 damage or failure, 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from typing import Any
 
-from .archive import (
+from draft_head_fp8.archive import (
     BOOT_JSON,
     MANIFEST,
     ROOT_ENV,
     Archive,
     ArchiveError,
     ArchiveNotFoundError,
-    Boot,
     UnknownBootError,
 )
+from draft_head_fp8.archive.diff import diff_boots, flatten
+from draft_head_fp8.cli._common import one_line_errors
 
-__all__ = ["add_archive_parser", "diff_boots", "main", "run_archive"]
+__all__ = ["add_archive_parser", "run_archive"]
 
 
 class _BadInput(ArchiveError):
     """A command-line value that makes no sense; exit status 2."""
-
-
-# ------------------------------------------------------------------------------------------- diff
-
-# Listed first in a diff, in this order; everything else follows alphabetically, then the noise.
-_RECEIPT_FIRST = [
-    "head_method", "head_kernel", "head_weight.dtype", "head_weight.shape", "head_weight_scale.dtype",
-    "head_weight_scale.shape", "quant_spec", "eligible", "eligibility_reason", "schema", "phase",
-    "head_class", "head_method_module", "head_expected_weight_shape", "head_tp_size",
-    "target_lm_head_method", "target_lm_head_weight.dtype", "draft_embed.dtype", "target_embed.dtype",
-]
-_IDENTITY_FIRST = [
-    "versions.draft-head-fp8", "versions.vllm", "vllm_distribution", "versions.torch", "versions.python",
-    "device_names", "cpu_model", "kernel", "host", "kernel_boot_id", "container_id", "invocation_id",
-]
-_NOISE = ("seq", "boot", "launch_id", "started_at", "pid")
-_ABSENT = object()
-
-
-def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(obj, dict) and obj:
-        for key, value in obj.items():
-            _flatten(value, f"{prefix}.{key}" if prefix else str(key), out)
-    elif isinstance(obj, list) and any(isinstance(x, (dict, list)) for x in obj):
-        for i, value in enumerate(obj):
-            _flatten(value, f"{prefix}[{i}]", out)
-    else:
-        out[prefix or "(value)"] = obj
-    return out
-
-
-def _key_order(first: list[str]):
-    rank = {k: i for i, k in enumerate(first)}
-
-    def key(k: str):
-        noisy = k in _NOISE or k.endswith(".data_ptr")
-        return (2 if noisy else (0 if k in rank else 1), rank.get(k, 0), k)
-
-    return key
-
-
-def _diff_json(a: Any, b: Any, first: list[str]) -> list[dict[str, Any]]:
-    fa, fb = _flatten(a, "", {}), _flatten(b, "", {})
-    changes = []
-    for key in sorted(set(fa) | set(fb), key=_key_order(first)):
-        va, vb = fa.get(key, _ABSENT), fb.get(key, _ABSENT)
-        if va is _ABSENT or vb is _ABSENT or va != vb or type(va) is not type(vb):
-            changes.append({"key": key, "a": None if va is _ABSENT else va, "b": None if vb is _ABSENT else vb,
-                            "in_a": va is not _ABSENT, "in_b": vb is not _ABSENT})
-    return changes
-
-
-def diff_boots(a: Boot, b: Boot) -> dict[str, Any]:
-    """Field-by-field differences of the identities and of every receipts/ file (JSON flattened)."""
-    def receipts(boot: Boot) -> dict[str, bytes]:
-        out = {}
-        for rel, _ in boot.files():
-            if rel.startswith("receipts/"):
-                out[rel] = boot.read_bytes(rel)
-        return out
-
-    def as_json(data: bytes) -> Any:
-        try:
-            return json.loads(data)
-        except ValueError:
-            return _ABSENT
-
-    result: dict[str, Any] = {"a": a.name, "b": b.name,
-                              "identity": _diff_json(a.identity or {}, b.identity or {}, _IDENTITY_FIRST),
-                              "receipts": []}
-    ra, rb = receipts(a), receipts(b)
-    for rel in sorted(set(ra) | set(rb)):
-        entry: dict[str, Any] = {"path": rel}
-        if rel not in ra or rel not in rb:
-            entry["only_in"] = "a" if rel in ra else "b"
-        else:
-            ja, jb = as_json(ra[rel]), as_json(rb[rel])
-            if ja is _ABSENT or jb is _ABSENT:
-                entry["changes"] = [] if ra[rel] == rb[rel] else [
-                    {"key": "(bytes, not JSON)", "a": hashlib.sha256(ra[rel]).hexdigest(),
-                     "b": hashlib.sha256(rb[rel]).hexdigest(), "in_a": True, "in_b": True}]
-            else:
-                entry["changes"] = _diff_json(ja, jb, _RECEIPT_FIRST)
-        result["receipts"].append(entry)
-    return result
 
 
 # -------------------------------------------------------------------------------------------- CLI
@@ -130,21 +44,13 @@ _EXAMPLES = {
 }
 
 
-def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    def error(message: str):
-        parser.exit(2, f"{parser.prog}: error: {message} (see `{parser.prog} --help`)\n")
-
-    parser.error = error  # type: ignore[method-assign]
-    return parser
-
-
 def add_archive_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``archive`` with its subcommands to an argparse subparsers object; returns its parser."""
     fmt = argparse.RawDescriptionHelpFormatter
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", metavar="DIR", help=f"archive folder (default: ${ROOT_ENV}, else the user state folder)")
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser = _one_line_errors(subparsers.add_parser(
+    parser = one_line_errors(subparsers.add_parser(
         "archive", help="per-boot diagnostic archive: list, show, verify, diff, prune",
         description="The per-boot diagnostic archive: every engine start's receipts and diagnostics, "
                     "byte for byte, sealed by a manifest and chained.",
@@ -153,7 +59,7 @@ def add_archive_parser(subparsers) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="archive_command", metavar="COMMAND", required=True)
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
-        return _one_line_errors(sub.add_parser(name, parents=[common], help=help_, description=help_,
+        return one_line_errors(sub.add_parser(name, parents=[common], help=help_, description=help_,
                                                epilog=_EXAMPLES[name], formatter_class=fmt))
 
     add("list", "list every boot (sealed or incomplete) in sequence order")
@@ -197,8 +103,15 @@ def _cmd_list(arc: Archive, args) -> int:
     print(f"{'SEQ':>8}  {'LAUNCH ID':<32}  {'STATUS':<10}  {'STARTED':<27}  {'HOST':<16}  {'FILES':>5}  SIZE")
     for r in rows:
         print(f"{r['seq']:>8}  {r['launch_id']:<32}  {r['status']:<10}  {r['started_at'] or '-':<27}  "
-              f"{(r['host'] or '-')[:16]:<16}  {r['files']:>5}  {_human(r['bytes'])}")
+              f"{(r['host'] or '-')[:16]:<16}  {r['files']:>5}  {_human(r['bytes'])}"
+              + (f"  expected {_expected_count(r)}" if r["expected_files"] is not None else ""))
     return 0
+
+
+def _expected_count(summary: dict[str, Any]) -> str:
+    """'3/4': how many of the files a boot waits for (join_boot) are there."""
+    total = len(summary["expected_files"])
+    return f"{total - len(summary['expected_missing'])}/{total}"
 
 
 def _cmd_show(arc: Archive, args) -> int:
@@ -216,9 +129,13 @@ def _cmd_show(arc: Archive, args) -> int:
     if identity is None:
         print(f"  identity:    ({BOOT_JSON} missing or unreadable)")
     else:
-        for key, value in _flatten(identity, "", {}).items():
+        for key, value in flatten(identity, "", {}).items():
             if key not in ("seq", "launch_id", "boot", "schema"):
                 print(f"  {key + ':':<36} {json.dumps(value)}")
+    if summary["expected_files"] is not None:
+        missing = summary["expected_missing"]
+        print(f"  expected:    {_expected_count(summary)} files present"
+              + (f" (missing: {', '.join(missing)})" if missing else ""))
     if manifest is None:
         print("  manifest:    none (incomplete boot: never sealed, kept as evidence)")
     else:
@@ -238,7 +155,11 @@ def _cmd_verify(arc: Archive, args) -> int:
     for problem in report.problems:
         print(f"PROBLEM {problem}")
     for name in report.incomplete:
-        print(f"incomplete: {name} (no {MANIFEST}; listed, never hidden)")
+        waits = report.expected.get(name)
+        detail = "" if waits is None else (
+            f"; expected {len(waits['present'])}/{len(waits['present']) + len(waits['missing'])}"
+            f" files present, missing: {', '.join(waits['missing']) or 'none'}")
+        print(f"incomplete: {name} (no {MANIFEST}; listed, never hidden{detail})")
     for note in report.notes:
         print(f"note: {note}")
     boots = len(report.sealed) + len(report.incomplete)
@@ -319,15 +240,3 @@ def run_archive(args: argparse.Namespace) -> int:
     except Exception as exc:  # a bug: still one line, never a traceback in an operator's terminal
         print(f"{prog} {command}: internal error ({type(exc).__name__}: {exc}); please report it", file=sys.stderr)
         return 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m draft_head_fp8.archive_cli ARGS`` is ``draft-head-fp8 archive ARGS``."""
-    parser = argparse.ArgumentParser(prog="draft-head-fp8")
-    add_archive_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["archive", *(sys.argv[1:] if argv is None else argv)])
-    return run_archive(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

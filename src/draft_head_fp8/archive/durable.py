@@ -27,7 +27,8 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 
 def makedirs_durable(path: str | os.PathLike, mode: int = 0o777) -> None:
-    """``mkdir -p`` that fsyncs each parent whose entry list changed, so a new folder survives a crash."""
+    """``mkdir -p`` that fsyncs each parent whose entry list changed, so a new folder survives a
+    crash."""
     path = Path(path)
     missing = []
     probe = path
@@ -86,7 +87,9 @@ def create_exclusive(path: str | os.PathLike, data: bytes, *, mode: int = 0o644)
     fsync_dir(folder)
 
 
-def _link_exclusive(source: str | os.PathLike, path: Path, *, dst_dir_fd: int | None = None) -> None:
+def _link_exclusive(
+    source: str | os.PathLike, path: Path, *, dst_dir_fd: int | None = None
+) -> None:
     try:
         if dst_dir_fd is None:
             os.link(source, path)
@@ -115,7 +118,7 @@ def _create_exclusive_named_tmp(path: Path, data: bytes, mode: int) -> None:
 
 
 def create_exclusive_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o644) -> None:
-    """``create_exclusive`` of the single component ``name`` inside the already-open folder ``dir_fd``.
+    """``create_exclusive`` of the single component ``name`` inside the open folder ``dir_fd``.
 
     Callers that opened ``dir_fd`` with ``O_NOFOLLOW`` get a write that no symlink swapped into the
     path afterwards can redirect. The link goes through ``dst_dir_fd`` on purpose: only then does
@@ -141,7 +144,8 @@ def create_exclusive_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o64
 
 def _create_exclusive_named_tmp_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
     tmp = f"{_TMP_PREFIX}{name}.{os.getpid()}.{secrets.token_hex(6)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
     try:
         try:
             _write_all(fd, data)

@@ -25,8 +25,10 @@ BOOT_SCHEMA = "draft-head-fp8-archive-boot/v1"
 
 
 def utc_now() -> str:
-    """UTC, microseconds, trailing Z: the one timestamp form of boot.json, manifests and prune records."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """UTC, microseconds, trailing Z: the one timestamp form of boot.json, manifests and prune
+    records."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 _ENV_PREFIXES = ("VLLM_", "DRAFT_HEAD_FP8_")
@@ -36,7 +38,8 @@ _SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "PASSPHRASE", "
 # Values that are secrets whatever the variable is called: URLs with user:password@, well-known
 # token prefixes (Hugging Face, OpenAI-style, GitHub, Slack).
 _SECRET_VALUE = re.compile(r"://[^/\s:@]*:[^/\s@]*@|^(hf_|sk-|ghp_|gho_|github_pat_|xox[abprs]-)")
-_RESERVED_IDENTITY = frozenset({"schema", "seq", "launch_id", "boot"})
+# Assigned by the archive: the numbering, and (for a multi-rank boot) the files it waits for.
+_RESERVED_IDENTITY = frozenset({"schema", "seq", "launch_id", "boot", "expected_files"})
 
 
 def _select_env(environ: dict[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -89,7 +92,8 @@ def _device_names() -> list[str] | None:
     gpus = []
     try:
         for bus in sorted(os.listdir("/proc/driver/nvidia/gpus")):
-            for line in (_read_text(f"/proc/driver/nvidia/gpus/{bus}/information") or "").splitlines():
+            info = _read_text(f"/proc/driver/nvidia/gpus/{bus}/information") or ""
+            for line in info.splitlines():
                 if line.startswith("Model:"):
                     gpus.append(line.split(":", 1)[1].strip())
     except OSError:
@@ -130,8 +134,11 @@ def _static_identity() -> dict[str, Any]:
     }
 
 
-def collect_identity(*, extra: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """The identity fields of boot.json (without seq/launch id); ``extra`` overrides detected fields."""
+def collect_identity(
+    *, extra: dict[str, Any] | None = None, environ: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The identity fields of boot.json (without seq/launch id); ``extra`` overrides detected
+    fields."""
     environ = dict(os.environ if environ is None else environ)
     env, withheld = _select_env(environ)
     identity: dict[str, Any] = {

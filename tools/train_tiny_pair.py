@@ -5,7 +5,7 @@ module trains one on CPU in a few minutes, deterministically (seeded, fixed step
 text that ships with Python itself: the docstrings of the standard library, read from its source.
 Bitwise reproducible for a fixed Python (its stdlib is the corpus), torch version and thread count.
 
-    python -m draft_head_fp8.train OUT [--minutes N] [--seed S]
+    python -m tools.train_tiny_pair OUT [--minutes N] [--seed S]
 
 writes ``OUT/target`` and ``OUT/assistant`` (bf16 safetensors + config + the same byte-level BPE
 tokenizer ``draft_head_fp8.tiny`` trains, saved exactly as ``tiny.save_model`` saves it) and
@@ -43,6 +43,7 @@ What is trained, and why it matches what vLLM runs
    the benchmarks run, and calls the assistant's submodules directly with masks built here.
 """
 
+
 from __future__ import annotations
 
 import argparse
@@ -63,190 +64,23 @@ from draft_head_fp8.tiny import (
     target_config,
     train_tokenizer,
 )
-
-DATA_DIR = Path(__file__).resolve().parent / "data" / "tiny_pair"
-SEQ_LEN = 128
-DRAFT_STEPS = 3
-HELDOUT_EVERY = 10  # modules whose sorted index % HELDOUT_EVERY == HELDOUT_EVERY - 1 are held out
-BOS, EOS, PAD = 2, 1, 0
-
-
-def shipped_pair() -> TinyPair:
-    """The trained pair that ships with the package."""
-    return TinyPair(target=DATA_DIR / "target", assistant=DATA_DIR / "assistant")
-
-
-# --------------------------------------------------------------------------------------------
-# Corpus
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Corpus:
-    train: list[str]
-    heldout: list[str]
-    train_modules: int
-    heldout_modules: int
-
-
-def _file_documents(path: Path) -> list[str]:
-    """Docstrings of a source file's module, classes and functions, in ``ast.walk`` order; a
-    class's or function's docstring is prefixed with its name."""
-    import ast
-
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
-        return []
-    docs = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            doc = ast.get_docstring(node)
-            if doc and doc.strip():
-                name = getattr(node, "name", None)
-                docs.append(f"{name}: {doc.strip()}" if name else doc.strip())
-    return docs
-
-
-def stdlib_docstring_corpus() -> Corpus:
-    """The docstrings (module, classes, functions) of the standard library's top-level ``.py``
-    files, read from source like ``tiny.tokenizer_corpus`` (nothing is imported), one document
-    each, in sorted file order. Files are split, not documents: one file in ``HELDOUT_EVERY`` (by
-    sorted name, among files that have docstrings) is held out of all training."""
-    import sysconfig
-
-    train: list[str] = []
-    heldout: list[str] = []
-    seen_train = seen_heldout = 0
-    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
-        docs = _file_documents(path)
-        if not docs:
-            continue
-        if (seen_train + seen_heldout) % HELDOUT_EVERY == HELDOUT_EVERY - 1:
-            heldout.extend(docs)
-            seen_heldout += 1
-        else:
-            train.extend(docs)
-            seen_train += 1
-    return Corpus(train=train, heldout=heldout, train_modules=seen_train, heldout_modules=seen_heldout)
-
-
-def encode_documents(tokenizer, docs: list[str]) -> list[list[int]]:
-    return [tokenizer.encode(doc, add_special_tokens=False) for doc in docs]
-
-
-def pack(token_docs: list[list[int]], seq_len: int = SEQ_LEN):
-    """``<bos> doc <eos>`` streams packed into ``[N, seq_len]`` rows (the tail is dropped)."""
-    import torch
-
-    stream: list[int] = []
-    for ids in token_docs:
-        stream.append(BOS)
-        stream.extend(ids)
-        stream.append(EOS)
-    rows = len(stream) // seq_len
-    return torch.tensor(stream[: rows * seq_len], dtype=torch.long).view(rows, seq_len)
-
-
-def heldout_prompts(tokenizer, corpus: Corpus, *, count: int, prompt_tokens: int, min_doc_tokens: int = 0):
-    """Deterministic benchmark prompts: ``<bos>`` + the first ``prompt_tokens`` tokens of held-out
-    documents, spread evenly over the held-out set."""
-    docs = [d for d in corpus.heldout]
-    encoded = [(d, tokenizer.encode(d, add_special_tokens=False)) for d in docs]
-    long_enough = [(d, ids) for d, ids in encoded if len(ids) >= max(prompt_tokens, min_doc_tokens)]
-    if not long_enough:
-        raise ValueError("no held-out document is long enough for a prompt")
-    stride = max(1, len(long_enough) // count)
-    picked = long_enough[::stride][:count]
-    return [[BOS] + ids[:prompt_tokens] for _, ids in picked]
-
-
-# --------------------------------------------------------------------------------------------
-# The draft computation, as vLLM runs it
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TargetPass:
-    hidden: object  # [B, T, backbone] final-normed
-    shared_kv: dict  # layer type -> (K, V) [B, kv_heads, T, head_dim]
-    logits: object  # [B, T, vocab]
-
-
-def target_pass(target, tokens) -> TargetPass:
-    import torch
-
-    with torch.no_grad():
-        out = target.model(input_ids=tokens, use_cache=False, return_shared_kv_states=True)
-        logits = target.lm_head(out.last_hidden_state)
-        cap = target.config.final_logit_softcapping
-        if cap is not None:
-            logits = torch.tanh(logits / cap) * cap
-    return TargetPass(hidden=out.last_hidden_state, shared_kv=dict(out.shared_kv_states), logits=logits)
-
-
-def draft_step(assistant, target, input_ids, hidden, shared_kv, positions, masks, head=None):
-    """One draft step for a block of queries. Returns (draft_hidden normed [.., H_draft],
-    backbone_hidden [.., H_backbone], logits [.., vocab])."""
-    import torch
-
-    embeds = target.model.embed_tokens(input_ids)  # Gemma4TextScaledWordEmbedding: * sqrt(backbone)
-    combined = torch.cat([embeds, hidden], dim=-1)
-    x = assistant.pre_projection(combined)
-    out = assistant.model(
-        inputs_embeds=x,
-        attention_mask=masks,
-        position_ids=positions,
-        shared_kv_states=shared_kv,
-        use_cache=False,
-    )
-    draft_hidden = out.last_hidden_state
-    backbone = assistant.post_projection(draft_hidden)
-    logits = assistant.lm_head(draft_hidden) if head is None else head(draft_hidden)
-    cap = assistant.config.get_text_config().final_logit_softcapping
-    if cap is not None:
-        logits = torch.tanh(logits / cap) * cap
-    return draft_hidden, backbone, logits
-
-
-def unrolled_draft(
-    assistant, target, tokens, tp: TargetPass, steps: int, queries=None, *, teacher_forced=True, hidden_out=None,
-    head=None,
-):
-    """Teacher-forced draft logits, ``steps`` draft steps deep, for query positions ``queries``
-    (``[B, P]`` target positions ``i``; default: every ``i`` with ``i + steps <= T - 1``).
-
-    Step ``k`` of the query at ``i`` gets token ``tokens[i+k]`` and, for ``k = 1``, the target's
-    hidden state at ``i``, else the previous step's backbone output; it attends to target K/V
-    ``0..i``. Queries never see each other (the draft writes no K/V), so any subset of positions
-    can be trained at once. With ``teacher_forced=False``, steps 2+ get the previous step's own
-    argmax instead, as vLLM drafts. ``hidden_out``, a list, receives each step's final-normed draft
-    hidden state (what the draft head is applied to). ``head``, a callable on those hidden states,
-    replaces the assistant's own ``lm_head`` (e.g. an FP8 head). Returns ``(logits per step [B, P, vocab],
-    queries)``."""
-    import torch
-
-    batch, length = tokens.shape
-    if queries is None:
-        queries = torch.arange(length - steps, device=tokens.device).unsqueeze(0).expand(batch, -1)
-    window = assistant.config.get_text_config().sliding_window
-    j = torch.arange(length, device=tokens.device).view(1, 1, length)
-    i = queries.unsqueeze(-1)
-    full = j <= i
-    masks = {"full_attention": full.unsqueeze(1), "sliding_attention": (full & (j > i - window)).unsqueeze(1)}
-    hidden = torch.gather(tp.hidden, 1, queries.unsqueeze(-1).expand(-1, -1, tp.hidden.shape[-1]))
-    all_logits = []
-    ids = torch.gather(tokens, 1, queries + 1)
-    for k in range(1, steps + 1):
-        if k > 1:
-            ids = torch.gather(tokens, 1, queries + k) if teacher_forced else all_logits[-1].argmax(-1)
-        draft_hidden, hidden, logits = draft_step(
-            assistant, target, ids, hidden, tp.shared_kv, queries, masks, head=head
-        )
-        if hidden_out is not None:
-            hidden_out.append(draft_hidden)
-        all_logits.append(logits)
-    return all_logits, queries
+from tools.corpus import (
+    EOS,
+    HELDOUT_EVERY,
+    PAD,
+    SEQ_LEN,
+    encode_documents,
+    heldout_prompts,
+    pack,
+    stdlib_docstring_corpus,
+)
+from tools.draft_replay import (
+    DRAFT_STEPS,
+    TargetPass,
+    offline_acceptance,
+    target_pass,
+    unrolled_draft,
+)
 
 
 def distill_loss(draft_logits, queries, tp: TargetPass):
@@ -266,21 +100,6 @@ def distill_loss(draft_logits, queries, tp: TargetPass):
     return torch.stack(losses).mean(), agree
 
 
-# --------------------------------------------------------------------------------------------
-# Offline acceptance (pure torch): greedy speculative decoding simulated exactly as vLLM steps
-# --------------------------------------------------------------------------------------------
-
-
-def greedy_continuation(target, prompt: list[int], new_tokens: int) -> list[int]:
-    """The target's greedy continuation (stops after ``<eos>``)."""
-    import torch
-
-    with torch.no_grad():
-        out = target.generate(
-            torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD,
-            eos_token_id=EOS,
-        )
-    return out[0, len(prompt) :].tolist()
 
 
 def self_distillation_rows(target, train_data, *, rows: int, prompt_len: int, generator, batch: int = 64):
@@ -304,74 +123,6 @@ def self_distillation_rows(target, train_data, *, rows: int, prompt_len: int, ge
             out.append(seqs[:, :SEQ_LEN])
     return torch.cat(out)
 
-
-def offline_acceptance(
-    target, assistant, prompts: list[list[int]], *, new_tokens: int, steps: int, heads: dict | None = None
-) -> dict:
-    """Greedy speculative decoding simulated in torch, an estimate of what vLLM will measure: the
-    target's greedy continuation of each prompt; a proposal after position ``i`` drafts ``steps``
-    tokens greedily (each from the draft's own previous token); the longest prefix that matches
-    the target is accepted, then the target's bonus token; the next proposal follows position
-    ``i + accepted + 1``. Drafts for every position are computed in one batch (the draft of
-    position ``i`` does not depend on other positions), then the acceptance walk is replayed.
-
-    ``heads``: name -> draft head callable (None: the assistant's own ``lm_head``); all heads are
-    replayed on the same continuations (a paired comparison) and a dict per name is returned.
-    Without ``heads``, the counters of the assistant's own head are returned directly."""
-    import torch
-
-    names = list(heads) if heads else ["lm_head"]
-    counters = {name: {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * steps} for name in names}
-    with torch.no_grad():
-        for prompt in prompts:
-            seq = prompt + greedy_continuation(target, prompt, new_tokens)
-            length = len(seq)
-            if length <= len(prompt):
-                continue
-            tokens = torch.tensor([seq + [PAD] * (steps + 1)])
-            tp = target_pass(target, tokens)
-            queries = torch.arange(len(prompt) - 1, length - 1).unsqueeze(0)
-            for name in names:
-                head = heads[name] if heads else None
-                logits, _ = unrolled_draft(
-                    assistant, target, tokens, tp, steps, queries, teacher_forced=False, head=head
-                )
-                proposal = torch.stack([lg[0].argmax(-1) for lg in logits], dim=1).tolist()  # [P, steps]
-                c = counters[name]
-                i = len(prompt) - 1
-                while i + 1 < length - 1:  # the token after t[i+1] is still to be generated
-                    row = proposal[i - (len(prompt) - 1)]
-                    n_acc = 0
-                    for k in range(1, steps + 1):
-                        if i + 1 + k < length and row[k - 1] == seq[i + 1 + k]:
-                            n_acc += 1
-                            c["per_pos"][k - 1] += 1
-                        else:
-                            break
-                    c["drafts"] += 1
-                    c["draft_tokens"] += steps
-                    c["accepted"] += n_acc
-                    i += n_acc + 1
-
-    def summary(c):
-        d = c["drafts"]
-        return {
-            "num_drafts": d,
-            "num_draft_tokens": c["draft_tokens"],
-            "num_accepted_tokens": c["accepted"],
-            "acceptance_rate": c["accepted"] / c["draft_tokens"] if c["draft_tokens"] else 0.0,
-            "mean_acceptance_length": 1 + c["accepted"] / d if d else 0.0,
-            "accepted_per_position": [p / d if d else 0.0 for p in c["per_pos"]],
-        }
-
-    if not heads:
-        return summary(counters["lm_head"])
-    return {name: summary(c) for name, c in counters.items()}
-
-
-# --------------------------------------------------------------------------------------------
-# Training
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -648,7 +399,7 @@ def train_pair(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m draft_head_fp8.train",
+        prog="python -m tools.train_tiny_pair",
         description="Train the tiny Gemma 4 target + MTP assistant pair on stdlib docstrings (CPU, minutes).",
     )
     parser.add_argument("out", help="output folder (gets target/, assistant/, training.json)")

@@ -1,0 +1,5 @@
+import sys
+
+from draft_head_fp8.cli import main
+
+sys.exit(main())

@@ -1,0 +1,30 @@
+"""Evidence: what a boot proves about the draft head, in the words of docs/contract.md.
+
+- ``snapshot``: metadata of one tensor (dtype, shape, finiteness), never its values;
+- ``receipt``: the runtime receipt, captured from live modules, and its write-once file;
+- ``checks``: the post-share checks, one table per receipt version, serving gate and report;
+- ``verdict``: schema + checks, the one answer to "is this file a valid receipt?";
+- ``diagnostics``: the record archived beside each receipt (provenance, scale, timings);
+- ``encoding``: the one JSON encoding every evidence file is written in.
+
+The names below are the vocabulary shared by the plugin, the archive readers and the commands.
+Importing this package loads neither torch nor vLLM.
+"""
+
+from __future__ import annotations
+
+RECEIPT_V2 = "draft-head-fp8-runtime-receipt/v2"
+RECEIPT_V3 = "draft-head-fp8-runtime-receipt/v3"
+DIAGNOSTICS_V1 = "draft-head-fp8-diagnostics/v1"
+DIAGNOSTICS_V2 = "draft-head-fp8-diagnostics/v2"
+POST_SHARE = "post_share"
+
+
+def receipt_path(rank: int, phase: str = POST_SHARE) -> str:
+    """Where a rank's receipt lives inside a boot."""
+    return f"receipts/{phase}-rank{rank}.json"
+
+
+def diagnostics_path(rank: int, phase: str = POST_SHARE) -> str:
+    """Where a rank's diagnostics record lives inside a boot, beside its receipt."""
+    return f"diagnostics/{phase}-rank{rank}.json"

@@ -1,0 +1,129 @@
+"""The runtime receipt: what was observed about the draft head, the embeddings and the target head
+right after the embedding share (metadata only, never weight values), and its write-once file.
+
+Key names and meanings are the contract (docs/contract.md, "Receipt v2"); the checks that read
+them are ``evidence.checks``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from draft_head_fp8.archive.durable import create_exclusive, makedirs_durable
+from draft_head_fp8.evidence import RECEIPT_V2
+from draft_head_fp8.evidence.encoding import document_bytes
+from draft_head_fp8.evidence.snapshot import tensor_snapshot
+from draft_head_fp8.policy import Eligibility
+
+
+def _config_dim(config: Any, name: str) -> int | None:
+    try:
+        value = int(getattr(config, name, None))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return value if value > 0 else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _method_name(module: Any) -> str | None:
+    method = getattr(module, "quant_method", None)
+    return None if method is None else type(method).__name__
+
+
+def _or(value: Any, fallback: Any) -> Any:
+    # Not `value or fallback`: a module that defines __len__ (ModuleList) can be falsy.
+    return fallback if value is None else value
+
+
+def make_runtime_receipt(
+    *,
+    head: Any,
+    draft_model: Any,
+    target_model: Any,
+    decision: Eligibility,
+    phase: str,
+    target_lm_head: Any = None,
+) -> dict:
+    draft_body = _or(getattr(draft_model, "model", None), draft_model)
+    draft_embed = getattr(draft_body, "embed_tokens", None)
+    get_language_model = getattr(target_model, "get_language_model", None)
+    target_lm = get_language_model() if callable(get_language_model) else target_model
+    target_head = target_lm_head if target_lm_head is not None else getattr(target_lm, "lm_head", None)
+    target_body = _or(getattr(target_lm, "model", None), target_lm)
+    target_embed = getattr(target_body, "embed_tokens", None)
+
+    method = getattr(head, "quant_method", None)
+    kernel = getattr(method, "fp8_linear", None)
+    weight = getattr(head, "weight", None)
+    scale = getattr(head, "weight_scale", None)
+    draft_embed_weight = getattr(draft_embed, "weight", None)
+    target_embed_weight = getattr(target_embed, "weight", None)
+
+    draft_config = getattr(draft_model, "config", None)
+    text_config = _or(getattr(draft_config, "text_config", None), draft_config)
+    config_hidden = _config_dim(text_config, "hidden_size")
+    config_vocab = _config_dim(text_config, "vocab_size")
+    partition_hidden = _int_or_none(getattr(head, "input_size_per_partition", None))
+    partition_vocab = _int_or_none(getattr(head, "output_size_per_partition", None))
+    hidden = config_hidden if config_hidden is not None else partition_hidden
+    vocab = config_vocab if config_vocab is not None else partition_vocab
+
+    return {
+        "schema": RECEIPT_V2,
+        "phase": phase,
+        "eligible": decision.eligible,
+        "eligibility_reason": decision.reason,
+        "role": decision.role,
+        "prefix": decision.prefix,
+        "ordered_embeddings": decision.ordered_embeddings,
+        "tie_word_embeddings": decision.tie_word_embeddings,
+        "quant_spec": decision.quant_spec,
+        "head_class": f"{type(head).__module__}.{type(head).__name__}",
+        "head_method": None if method is None else type(method).__name__,
+        "head_method_module": type(method).__module__,
+        "head_kernel": None if kernel is None else type(kernel).__name__,
+        "head_tp_size": getattr(head, "tp_size", None),
+        "draft_config_hidden_size": config_hidden,
+        "draft_config_vocab_size": config_vocab,
+        "head_partition_hidden_size": partition_hidden,
+        "head_partition_vocab_size": partition_vocab,
+        # The processed FP8 weight is stored transposed, [hidden, vocab].
+        "head_expected_weight_shape": None if hidden is None or vocab is None else [hidden, vocab],
+        "head_weight": tensor_snapshot(weight, finite=True),
+        "head_weight_scale": tensor_snapshot(scale, finite=True, positive_scalar=True),
+        # No finiteness for the embeddings: that would read another 0.5-3 GiB at every start.
+        "draft_embed": tensor_snapshot(draft_embed_weight),
+        "target_embed": tensor_snapshot(target_embed_weight),
+        "target_lm_head_weight": tensor_snapshot(getattr(target_head, "weight", None)),
+        "head_weight_is_draft_embed": weight is not None
+        and draft_embed is not None
+        and weight is draft_embed_weight,
+        "head_weight_is_target_embed": weight is not None
+        and target_embed is not None
+        and weight is target_embed_weight,
+        "draft_embed_weight_is_target_embed": draft_embed is not None
+        and target_embed is not None
+        and draft_embed_weight is target_embed_weight,
+        "draft_embedding_method": _method_name(draft_embed),
+        "target_embedding_method": _method_name(target_embed),
+        "target_lm_head_method": _method_name(target_head),
+    }
+
+
+def write_runtime_receipt(receipt: Mapping, path: str | os.PathLike) -> None:
+    """Write the receipt once: creates parents, never overwrites (``FileExistsError``), and leaves
+    either no file or the whole file, fsynced with its folder, whatever happens."""
+    data = document_bytes(receipt)  # serialise first: a bad receipt must not leave a file behind
+    target = os.fspath(path)
+    if os.path.lexists(target):
+        raise FileExistsError(f"receipt already exists, not overwriting: {target}")
+    makedirs_durable(os.path.dirname(os.path.abspath(target)))
+    create_exclusive(target, data)

@@ -1,0 +1,38 @@
+"""Is this document a valid post-share receipt? Its schema first, then every post-share check.
+
+The one answer that ``receipt validate``, the demo and ``compare`` give.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from draft_head_fp8 import schemas
+from draft_head_fp8.evidence import RECEIPT_V2
+from draft_head_fp8.evidence.checks import validate_post_share_receipt
+from draft_head_fp8.policy import HeadFp8EligibilityError
+
+# schema id -> the JSON Schema file it must match
+RECEIPT_SCHEMAS = {RECEIPT_V2: schemas.RECEIPT_V2}
+
+
+def receipt_verdict(document: Any) -> str | None:
+    """None when the document is a valid post-share receipt, else the first reason it is not."""
+    if isinstance(document, dict) and document.get("schema") not in RECEIPT_SCHEMAS:
+        known = " or ".join(repr(s) for s in RECEIPT_SCHEMAS)
+        return f"schema {document.get('schema')!r} is not {known}"
+    schema_file = RECEIPT_SCHEMAS.get(document.get("schema") if isinstance(document, dict) else None)
+    problems = schemas.errors(schema_file or schemas.RECEIPT_V2, document)
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        return f"does not match the {_version(document)} receipt schema: {problems[0]}{more}"
+    try:
+        validate_post_share_receipt(document)
+    except HeadFp8EligibilityError as exc:
+        return str(exc)
+    return None
+
+
+def _version(document: Any) -> str:
+    schema = document.get("schema") if isinstance(document, dict) else None
+    return str(schema).rsplit("/", 1)[-1] if schema in RECEIPT_SCHEMAS else "v2"

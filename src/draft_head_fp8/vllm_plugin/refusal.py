@@ -1,0 +1,10 @@
+"""A refused start is said once, as one line on stderr, whatever vLLM's logging does: vLLM logs
+to stdout by default, and operators look for errors on stderr."""
+
+from __future__ import annotations
+
+import sys
+
+
+def announce_refusal(exc: BaseException) -> None:
+    print(f"draft-head-fp8: refusing to start: {exc}", file=sys.stderr, flush=True)

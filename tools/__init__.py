@@ -1,0 +1,1 @@
+"""Tools that build what the package ships (the trained tiny pair); not installed with it."""
