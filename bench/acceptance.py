@@ -41,7 +41,9 @@ def build_prompts(target_dir: Path, count: int, prompt_tokens: int) -> list[list
     from tools.corpus import heldout_prompts, stdlib_docstring_corpus
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
-    return heldout_prompts(tokenizer, stdlib_docstring_corpus(), count=count, prompt_tokens=prompt_tokens)
+    return heldout_prompts(
+        tokenizer, stdlib_docstring_corpus(), count=count, prompt_tokens=prompt_tokens
+    )
 
 
 def offline_paired(args, prompts: list[list[int]]) -> dict:
@@ -61,7 +63,9 @@ def offline_paired(args, prompts: list[list[int]]) -> dict:
     torch.set_num_threads(1)
     started = time.perf_counter()
     target = Gemma4ForCausalLM.from_pretrained(args.target, dtype=torch.bfloat16).float().eval()
-    assistant = Gemma4AssistantForCausalLM.from_pretrained(args.assistant, dtype=torch.bfloat16).eval()
+    assistant = Gemma4AssistantForCausalLM.from_pretrained(
+        args.assistant, dtype=torch.bfloat16
+    ).eval()
     w = assistant.lm_head.weight.detach().to(torch.bfloat16).clone()
     assistant = assistant.float()
     quant = quantize_per_tensor(w)
@@ -75,7 +79,11 @@ def offline_paired(args, prompts: list[list[int]]) -> dict:
         return fp8_emulated(flat, quant.weight, quant.scale).view(*h.shape[:-1], -1)
 
     result = offline_acceptance(
-        target, assistant, prompts, new_tokens=args.max_tokens, steps=args.spec_tokens,
+        target,
+        assistant,
+        prompts,
+        new_tokens=args.max_tokens,
+        steps=args.spec_tokens,
         heads={"bf16": bf16_head, "fp8": fp8_head},
     )
     torch.set_num_threads(threads)
@@ -162,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     prompts = build_prompts(args.target, args.prompts, args.prompt_tokens)
-    print("offline paired estimate (torch, BF16 and FP8 heads on the same continuations) ...", flush=True)
+    print(
+        "offline paired estimate (torch, BF16 and FP8 heads on the same continuations) ...",
+        flush=True,
+    )
     offline = offline_paired(args, prompts)
     runs = {}
     with tempfile.TemporaryDirectory(prefix="dhfp8-acceptance-") as tmp:
@@ -194,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         "all_outputs_identical": all(same),
         "offline_paired_fp8_over_bf16_acceptance": (
             offline["fp8"]["acceptance_rate"] / offline["bf16"]["acceptance_rate"]
-            if offline["bf16"]["acceptance_rate"] else None
+            if offline["bf16"]["acceptance_rate"]
+            else None
         ),
         "fp8_head_served": fp8["served"]["head_weight"]["dtype"] == "torch.float8_e4m3fn",
         "bf16_head_served": bf16["served"]["head_weight"]["dtype"] == "torch.bfloat16",
@@ -204,9 +216,13 @@ def main(argv: list[str] | None = None) -> int:
         "what": "greedy speculative decoding with the shipped tiny trained Gemma 4 pair on vLLM; "
         "the same prompts with the BF16 draft head (flag unset) and the FP8 draft head (flag=1)",
         "config": {
-            "target": str(args.target.relative_to(ROOT) if args.target.is_relative_to(ROOT) else args.target),
+            "target": str(
+                args.target.relative_to(ROOT) if args.target.is_relative_to(ROOT) else args.target
+            ),
             "assistant": str(
-                args.assistant.relative_to(ROOT) if args.assistant.is_relative_to(ROOT) else args.assistant
+                args.assistant.relative_to(ROOT)
+                if args.assistant.is_relative_to(ROOT)
+                else args.assistant
             ),
             "method": "mtp",
             "num_speculative_tokens": args.spec_tokens,
@@ -232,28 +248,51 @@ def main(argv: list[str] | None = None) -> int:
     def f(x, fmt="{:.4f}"):
         return "-" if x is None else fmt.format(x)
 
-    rows = [("draft head", "drafts", "draft tokens", "accepted", "acceptance rate",
-             "mean acceptance length", "accepted per position", "generate s")]
+    rows = [
+        (
+            "draft head",
+            "drafts",
+            "draft tokens",
+            "accepted",
+            "acceptance rate",
+            "mean acceptance length",
+            "accepted per position",
+            "generate s",
+        )
+    ]
     for name, run in (("BF16", bf16), ("FP8", fp8)):
         m = run["spec_decode"]
-        rows.append((
-            f"{name} ({run['served']['head_weight']['dtype'].removeprefix('torch.')}, "
-            f"{run['served']['head_method']})",
-            str(m.get("num_drafts")), str(m.get("num_draft_tokens")), str(m.get("num_accepted_tokens")),
-            f(m["acceptance_rate"]), f(m["mean_acceptance_length"], "{:.3f}"),
-            "/".join(f"{p:.3f}" for p in (m["acceptance_per_position"] or [])),
-            f(run["seconds"]["generate"], "{:.1f}"),
-        ))
+        rows.append(
+            (
+                f"{name} ({run['served']['head_weight']['dtype'].removeprefix('torch.')}, "
+                f"{run['served']['head_method']})",
+                str(m.get("num_drafts")),
+                str(m.get("num_draft_tokens")),
+                str(m.get("num_accepted_tokens")),
+                f(m["acceptance_rate"]),
+                f(m["mean_acceptance_length"], "{:.3f}"),
+                "/".join(f"{p:.3f}" for p in (m["acceptance_per_position"] or [])),
+                f(run["seconds"]["generate"], "{:.1f}"),
+            )
+        )
     for name in ("bf16", "fp8"):
         m = offline[name]
-        rows.append((
-            f"offline torch estimate, {name.upper()} head (paired)",
-            str(m["num_drafts"]), str(m["num_draft_tokens"]), str(m["num_accepted_tokens"]),
-            f(m["acceptance_rate"]), f(m["mean_acceptance_length"], "{:.3f}"),
-            "/".join(f"{p:.3f}" for p in m["accepted_per_position"]), "-",
-        ))
+        rows.append(
+            (
+                f"offline torch estimate, {name.upper()} head (paired)",
+                str(m["num_drafts"]),
+                str(m["num_draft_tokens"]),
+                str(m["num_accepted_tokens"]),
+                f(m["acceptance_rate"]),
+                f(m["mean_acceptance_length"], "{:.3f}"),
+                "/".join(f"{p:.3f}" for p in m["accepted_per_position"]),
+                "-",
+            )
+        )
     print(table(rows))
-    print(f"offline paired FP8/BF16 acceptance: {f(summary['offline_paired_fp8_over_bf16_acceptance'])}")
+    print(
+        f"offline paired FP8/BF16 acceptance: {f(summary['offline_paired_fp8_over_bf16_acceptance'])}"
+    )
     print(
         f"FP8/BF16 acceptance: {f(kept)} (goal >= 0.99: "
         f"{'met' if summary['goal_fp8_keeps_99pct'] else 'NOT met'}); identical outputs: "

@@ -32,26 +32,46 @@ TARGET_RATIO = 0.80
 
 def receipt_bytes(i: int) -> bytes:
     """A ~4 KiB post-share receipt shaped like a v2 receipt (values vary per boot)."""
-    snap = lambda dtype, shape: {"dtype": dtype, "shape": shape, "device": "cuda:0", "numel": shape[0] * shape[-1],  # noqa: E731
-                                 "data_ptr": 140000000000 + i * 4096, "finite": True, "positive_scalar": None}
+    snap = lambda dtype, shape: {
+        "dtype": dtype,
+        "shape": shape,
+        "device": "cuda:0",
+        "numel": shape[0] * shape[-1],  # noqa: E731
+        "data_ptr": 140000000000 + i * 4096,
+        "finite": True,
+        "positive_scalar": None,
+    }
     receipt = {
-        "schema": "draft-head-fp8-runtime-receipt/v2", "phase": "post_share", "eligible": True,
-        "eligibility_reason": "eligible", "role": "draft", "prefix": "draft_model.lm_head",
-        "ordered_embeddings": False, "tie_word_embeddings": True, "quant_spec": "fp8_per_tensor_static",
+        "schema": "draft-head-fp8-runtime-receipt/v2",
+        "phase": "post_share",
+        "eligible": True,
+        "eligibility_reason": "eligible",
+        "role": "draft",
+        "prefix": "draft_model.lm_head",
+        "ordered_embeddings": False,
+        "tie_word_embeddings": True,
+        "quant_spec": "fp8_per_tensor_static",
         "head_class": "vllm.model_executor.layers.vocab_parallel_embedding.ParallelLMHead",
         "head_method": "Fp8PerTensorOnlineLinearMethod",
-        "head_method_module": "vllm.model_executor.layers.quantization.fp8", "head_kernel": "Fp8LinearOp",
-        "head_tp_size": 1, "draft_config_hidden_size": 1024, "draft_config_vocab_size": 262144,
-        "head_partition_hidden_size": 1024, "head_partition_vocab_size": 262144,
+        "head_method_module": "vllm.model_executor.layers.quantization.fp8",
+        "head_kernel": "Fp8LinearOp",
+        "head_tp_size": 1,
+        "draft_config_hidden_size": 1024,
+        "draft_config_vocab_size": 262144,
+        "head_partition_hidden_size": 1024,
+        "head_partition_vocab_size": 262144,
         "head_expected_weight_shape": [1024, 262144],
         "head_weight": snap("torch.float8_e4m3fn", [1024, 262144]),
         "head_weight_scale": snap("torch.float32", [1]),
         "draft_embed": snap("torch.bfloat16", [262144, 1024]),
         "target_embed": snap("torch.bfloat16", [262144, 1024]),
         "target_lm_head_weight": snap("torch.bfloat16", [262144, 1024]),
-        "head_weight_is_draft_embed": False, "head_weight_is_target_embed": False,
-        "draft_embed_weight_is_target_embed": True, "draft_embedding_method": "UnquantizedEmbeddingMethod",
-        "target_embedding_method": "UnquantizedEmbeddingMethod", "target_lm_head_method": "UnquantizedEmbeddingMethod",
+        "head_weight_is_draft_embed": False,
+        "head_weight_is_target_embed": False,
+        "draft_embed_weight_is_target_embed": True,
+        "draft_embedding_method": "UnquantizedEmbeddingMethod",
+        "target_embedding_method": "UnquantizedEmbeddingMethod",
+        "target_lm_head_method": "UnquantizedEmbeddingMethod",
     }
     data = json.dumps(receipt, indent=2, sort_keys=True)
     pad = max(0, 4096 - len(data) - 40)
@@ -76,7 +96,9 @@ def run_sha256sum(paths: list[str]) -> float:
     start = time.perf_counter()
     batch = 2000  # well under ARG_MAX; a handful of processes for 3,000 files
     for i in range(0, len(paths), batch):
-        subprocess.run(["sha256sum", "--", *paths[i:i + batch]], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["sha256sum", "--", *paths[i : i + batch]], check=True, stdout=subprocess.DEVNULL
+        )
     return time.perf_counter() - start
 
 
@@ -89,10 +111,14 @@ def run_hashlib(paths: list[str]) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--boots", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--dir", default=None, help="where to build the scratch archive (default: system temp)")
+    ap.add_argument(
+        "--dir", default=None, help="where to build the scratch archive (default: system temp)"
+    )
     ap.add_argument("--keep", action="store_true", help="leave the scratch archive in place")
     args = ap.parse_args()
     if shutil.which("sha256sum") is None:
@@ -143,15 +169,31 @@ def main() -> int:
             "files": len(paths),
             "bytes": total_bytes,
             "repeat": args.repeat,
-            "host": {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
-                     "kernel": platform.release(), "loadavg_at_end": os.getloadavg(),
-                     "sha256sum": subprocess.run(["sha256sum", "--version"], capture_output=True, text=True).stdout.splitlines()[0]},
+            "host": {
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "machine": platform.machine(),
+                "kernel": platform.release(),
+                "loadavg_at_end": os.getloadavg(),
+                "sha256sum": subprocess.run(
+                    ["sha256sum", "--version"], capture_output=True, text=True
+                ).stdout.splitlines()[0],
+            },
             "latency_ms": {
                 name: {"median": statistics.median(xs), "p90": pct(xs, 0.9), "max": max(xs)}
-                for name, xs in (("begin_boot", begin_ms), ("add_receipt_and_diagnostics", add_ms),
-                                 ("seal", seal_ms), ("begin_add_seal", total_ms))
+                for name, xs in (
+                    ("begin_boot", begin_ms),
+                    ("add_receipt_and_diagnostics", add_ms),
+                    ("seal", seal_ms),
+                    ("begin_add_seal", total_ms),
+                )
             },
-            "verify": {"seconds": v, "MiB_per_s": mib / v, "boots_per_s": args.boots / v, "all_runs_s": verify_s},
+            "verify": {
+                "seconds": v,
+                "MiB_per_s": mib / v,
+                "boots_per_s": args.boots / v,
+                "all_runs_s": verify_s,
+            },
             "sha256sum": {"seconds": s, "MiB_per_s": mib / s, "all_runs_s": sha_s},
             "python_hashlib_raw": {"seconds": h, "MiB_per_s": mib / h, "all_runs_s": hashlib_s},
             "verify_vs_sha256sum": ratio,
@@ -163,18 +205,27 @@ def main() -> int:
             shutil.rmtree(scratch, ignore_errors=True)
 
     lat = result["latency_ms"]
-    print(f"archive benchmark: {args.boots} boots x (boot.json + 4 KiB receipt + 1 MiB diagnostics), fsyncs included")
+    print(
+        f"archive benchmark: {args.boots} boots x (boot.json + 4 KiB receipt + 1 MiB diagnostics), fsyncs included"
+    )
     print(f"{'operation':<34} {'median':>10} {'p90':>10} {'max':>10}")
     for name, row in lat.items():
         print(f"{name:<34} {row['median']:>8.2f}ms {row['p90']:>8.2f}ms {row['max']:>8.2f}ms")
     print()
     print(f"verify over {len(paths)} files, {mib:.0f} MiB, page cache warm, best of {args.repeat}:")
     print(f"{'reader':<34} {'seconds':>10} {'MiB/s':>10} {'vs sha256sum':>14}")
-    for name, key in (("archive verify()", "verify"), ("sha256sum (coreutils)", "sha256sum"),
-                      ("python hashlib, no archive", "python_hashlib_raw")):
+    for name, key in (
+        ("archive verify()", "verify"),
+        ("sha256sum (coreutils)", "sha256sum"),
+        ("python hashlib, no archive", "python_hashlib_raw"),
+    ):
         row = result[key]
-        print(f"{name:<34} {row['seconds']:>10.3f} {row['MiB_per_s']:>10.0f} {row['MiB_per_s'] / result['sha256sum']['MiB_per_s']:>13.0%}")
-    print(f"\ntarget: verify >= {TARGET_RATIO:.0%} of sha256sum -> {'met' if result['target_met'] else 'NOT met'} ({ratio:.0%})")
+        print(
+            f"{name:<34} {row['seconds']:>10.3f} {row['MiB_per_s']:>10.0f} {row['MiB_per_s'] / result['sha256sum']['MiB_per_s']:>13.0%}"
+        )
+    print(
+        f"\ntarget: verify >= {TARGET_RATIO:.0%} of sha256sum -> {'met' if result['target_met'] else 'NOT met'} ({ratio:.0%})"
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULTS.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")

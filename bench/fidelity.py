@@ -135,11 +135,19 @@ def real_pair_hidden_states(prompts: int, new_tokens: int, pair_dir: Path | None
     from draft_head_fp8.tiny import TinyPair, shipped_pair
     from tools import corpus, draft_replay
 
-    pair = shipped_pair() if pair_dir is None else TinyPair(pair_dir / "target", pair_dir / "assistant")
+    pair = (
+        shipped_pair()
+        if pair_dir is None
+        else TinyPair(pair_dir / "target", pair_dir / "assistant")
+    )
     tokenizer = AutoTokenizer.from_pretrained(pair.target)
     target = Gemma4ForCausalLM.from_pretrained(pair.target, dtype=torch.bfloat16).float().eval()
-    assistant = Gemma4AssistantForCausalLM.from_pretrained(pair.assistant, dtype=torch.bfloat16).eval()
-    head_w = assistant.lm_head.weight.detach().to(torch.bfloat16).clone()  # tied: the draft embedding
+    assistant = Gemma4AssistantForCausalLM.from_pretrained(
+        pair.assistant, dtype=torch.bfloat16
+    ).eval()
+    head_w = (
+        assistant.lm_head.weight.detach().to(torch.bfloat16).clone()
+    )  # tied: the draft embedding
     assistant = assistant.float()
     prompt_ids = corpus.heldout_prompts(
         tokenizer, corpus.stdlib_docstring_corpus(), count=prompts, prompt_tokens=24
@@ -153,12 +161,21 @@ def real_pair_hidden_states(prompts: int, new_tokens: int, pair_dir: Path | None
             queries = torch.arange(len(prompt) - 1, len(seq) - 1).unsqueeze(0)
             steps: list[torch.Tensor] = []
             draft_replay.unrolled_draft(
-                assistant, target, tokens, tp, draft_replay.DRAFT_STEPS, queries, teacher_forced=False, hidden_out=steps
+                assistant,
+                target,
+                tokens,
+                tp,
+                draft_replay.DRAFT_STEPS,
+                queries,
+                teacher_forced=False,
+                hidden_out=steps,
             )
             hidden.extend(h[0].to(torch.bfloat16) for h in steps)  # vLLM feeds the head bf16
     x = torch.cat(hidden)
     info = {
-        "pair": str(pair.assistant.parent.relative_to(ROOT)) if pair.assistant.is_relative_to(ROOT) else str(pair.assistant.parent),
+        "pair": str(pair.assistant.parent.relative_to(ROOT))
+        if pair.assistant.is_relative_to(ROOT)
+        else str(pair.assistant.parent),
         "prompts": len(prompt_ids),
         "new_tokens": new_tokens,
         "draft_steps": draft_replay.DRAFT_STEPS,
@@ -243,7 +260,11 @@ def synthetic_hidden_states(w: torch.Tensor, keep: torch.Tensor, rows: int, logi
     norms = rows_w.norm(dim=-1, keepdim=True)
     boost = logit_std * (math.sqrt(2 * math.log(vocab)) + 2.0)
     peaked = torch.randn(rows, hidden, generator=gen) + rows_w / norms * (boost / norms)
-    return {"gaussian": gaussian.to(torch.bfloat16), "peaked": peaked.to(torch.bfloat16)}, tokens, boost
+    return (
+        {"gaussian": gaussian.to(torch.bfloat16), "peaked": peaked.to(torch.bfloat16)},
+        tokens,
+        boost,
+    )
 
 
 def run_synthetic(args) -> dict:
@@ -255,7 +276,9 @@ def run_synthetic(args) -> dict:
     step = 16384
     for start in range(0, vocab, step):
         rows = min(step, vocab - start)
-        w[start : start + rows] = (torch.randn(rows, hidden, generator=gen) * sigma).to(torch.bfloat16)
+        w[start : start + rows] = (torch.randn(rows, hidden, generator=gen) * sigma).to(
+            torch.bfloat16
+        )
     outliers = torch.randperm(vocab, generator=gen)[: args.outliers]
     keep = torch.ones(vocab, dtype=torch.bool)
     keep[outliers] = False
@@ -288,8 +311,11 @@ def run_synthetic(args) -> dict:
             totals = Totals()
             for start in range(0, x.shape[0], args.batch):
                 xb = x[start : start + args.batch]
-                totals.add(refs[kind][start : start + args.batch],
-                           heads.fp8_emulated(xb, quant.weight, quant.scale), keep)
+                totals.add(
+                    refs[kind][start : start + args.batch],
+                    heads.fp8_emulated(xb, quant.weight, quant.scale),
+                    keep,
+                )
             point[kind] = totals.result()
         point["seconds"] = round(time.perf_counter() - t0, 1)
         if scaled_mm_check is None:
@@ -347,7 +373,9 @@ def plot(result: dict, path: Path) -> None:
     sweep = syn["sweep"]
     ratio = [p["row_amax_ratio"] for p in sweep]
     real = result["real_pair"]
-    real_point = real["by_activation_batch"][str(max(int(b) for b in real["by_activation_batch"]))]["fp8_vs_bf16"]
+    real_point = real["by_activation_batch"][str(max(int(b) for b in real["by_activation_batch"]))][
+        "fp8_vs_bf16"
+    ]
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.9))
     panels = [
         ("top-1 agreement with BF16", "top1_agreement", False),
@@ -356,13 +384,24 @@ def plot(result: dict, path: Path) -> None:
     ]
     for ax, (title, key, logy) in zip(axes, panels):
         for n, (kind, style) in enumerate((("gaussian", "o-"), ("peaked", "^-"))):
-            ax.plot(ratio, [p[kind][key] for p in sweep], style, color=f"C{n}",
-                    label=f"synthetic {syn['vocab']}x{syn['hidden']}, {kind} hidden states")
+            ax.plot(
+                ratio,
+                [p[kind][key] for p in sweep],
+                style,
+                color=f"C{n}",
+                label=f"synthetic {syn['vocab']}x{syn['hidden']}, {kind} hidden states",
+            )
             base = syn["bf16_vs_fp32_baseline"][kind][key]
             if base > 0 or not logy:
                 ax.axhline(base, ls=":", lw=1, color=f"C{n}")
-        ax.plot([real["row_amax_ratio"]], [real_point[key]], "s", color="C3", ms=8,
-                label=f"trained tiny pair, head {real['head_shape'][0]}x{real['head_shape'][1]}")
+        ax.plot(
+            [real["row_amax_ratio"]],
+            [real_point[key]],
+            "s",
+            color="C3",
+            ms=8,
+            label=f"trained tiny pair, head {real['head_shape'][0]}x{real['head_shape'][1]}",
+        )
         ax.set_xscale("log")
         if logy:
             ax.set_yscale("log")
@@ -376,7 +415,9 @@ def plot(result: dict, path: Path) -> None:
     ax.set_title("bulk weights in FP8 subnormal/zero range (%)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=7, loc="lower left")
-    fig.suptitle("Per-tensor FP8 (e4m3fn) draft head vs BF16 head (dotted: BF16 vs exact FP32)", fontsize=11)
+    fig.suptitle(
+        "Per-tensor FP8 (e4m3fn) draft head vs BF16 head (dotted: BF16 vs exact FP32)", fontsize=11
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -387,18 +428,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--vocab", type=int, default=262144)
     parser.add_argument("--hidden", type=int, default=1024)
-    parser.add_argument("--ratios", type=float, nargs="+", default=[1, 10, 100, 1000, 3000, 10000, 30000, 100000])
+    parser.add_argument(
+        "--ratios", type=float, nargs="+", default=[1, 10, 100, 1000, 3000, 10000, 30000, 100000]
+    )
     parser.add_argument("--outliers", type=int, default=32, help="heavy rows in the synthetic head")
     parser.add_argument("--rows", type=int, default=64, help="synthetic hidden-state rows per kind")
-    parser.add_argument("--batch", type=int, default=16, help="rows per head call (activation scale)")
+    parser.add_argument(
+        "--batch", type=int, default=16, help="rows per head call (activation scale)"
+    )
     parser.add_argument("--logit-std", type=float, default=4.0)
-    parser.add_argument("--scaled-mm-vocab", type=int, default=4096, help="vocab slice for the _scaled_mm check")
+    parser.add_argument(
+        "--scaled-mm-vocab", type=int, default=4096, help="vocab slice for the _scaled_mm check"
+    )
     parser.add_argument("--real-prompts", type=int, default=16)
     parser.add_argument("--real-new-tokens", type=int, default=64)
     parser.add_argument("--real-batches", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--scaled-mm-rows", type=int, default=256)
-    parser.add_argument("--pair", type=Path, default=None, help="folder with target/ and assistant/ "
-                        "(default: the shipped trained pair)")
+    parser.add_argument(
+        "--pair",
+        type=Path,
+        default=None,
+        help="folder with target/ and assistant/ (default: the shipped trained pair)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fidelity.json")
@@ -409,7 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     print("(a) trained tiny pair: draft hidden states from a real forward pass ...", flush=True)
     real = run_real(args)
-    print(f"(b) synthetic heavy-tailed heads {args.vocab} x {args.hidden}, sweep over outlier scale ...", flush=True)
+    print(
+        f"(b) synthetic heavy-tailed heads {args.vocab} x {args.hidden}, sweep over outlier scale ...",
+        flush=True,
+    )
     synthetic = run_synthetic(args)
     result = {
         "schema": "draft-head-fp8-bench-fidelity/v1",
@@ -441,7 +495,9 @@ def print_tables(result: dict) -> None:
         f"\n(a) trained tiny pair, head {real['head_shape'][0]} x {real['head_shape'][1]}, "
         f"{real['hidden_rows']} draft hidden states, row amax ratio {real['row_amax_ratio']:.2f}"
     )
-    print("| FP8 vs BF16, activation batch | top-1 | top-1 up to ties | top-5 overlap | KL mean | KL max | max abs err | mean abs err |")
+    print(
+        "| FP8 vs BF16, activation batch | top-1 | top-1 up to ties | top-5 overlap | KL mean | KL max | max abs err | mean abs err |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
 
     def cells(m):
@@ -466,7 +522,9 @@ def print_tables(result: dict) -> None:
         f"{syn['hidden_rows_per_kind']} hidden rows per kind (activation batch {syn['activation_batch']}), "
         f"metrics over bulk rows; each cell gaussian / peaked hidden states"
     )
-    print("| outlier scale | row amax ratio | bulk weights subnormal/zero | top-1 | top-1 up to ties | top-5 overlap | KL mean | max abs err | mean abs err |")
+    print(
+        "| outlier scale | row amax ratio | bulk weights subnormal/zero | top-1 | top-1 up to ties | top-5 overlap | KL mean | max abs err | mean abs err |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def cells(g, pk):

@@ -56,7 +56,9 @@ def random_bf16(rows: int, cols: int, device, gen_seed: int) -> torch.Tensor:
     step = max(1, (64 << 20) // (4 * cols))
     for start in range(0, rows, step):
         n = min(step, rows - start)
-        w[start : start + n] = (torch.randn(n, cols, generator=gen, device=device) * 0.02).to(torch.bfloat16)
+        w[start : start + n] = (torch.randn(n, cols, generator=gen, device=device) * 0.02).to(
+            torch.bfloat16
+        )
     return w
 
 
@@ -138,7 +140,10 @@ def bench_shape(hidden: int, vocab: int, args, device, quantize, bandwidth: floa
     rows = []
     for batch in args.batches:
         gen = torch.Generator(device=device).manual_seed(args.seed + 1000 + batch)
-        xs = [torch.randn(batch, hidden, generator=gen, device=device).to(torch.bfloat16) for _ in range(copies)]
+        xs = [
+            torch.randn(batch, hidden, generator=gen, device=device).to(torch.bfloat16)
+            for _ in range(copies)
+        ]
         xqs = [quantize_activation(x) for x in xs]
         # vLLM's torch FP8 kernel pads the activation to 17 rows when not compiling; plain
         # _scaled_mm takes any row count on current torch. Use the plain call unless it refuses.
@@ -147,10 +152,19 @@ def bench_shape(hidden: int, vocab: int, args, device, quantize, bandwidth: floa
             scaled_mm(xqs[0][0], fp8[0][0][:256].t(), xqs[0][1], fp8[0][1])
         except RuntimeError as exc:
             pad_rows = 17
-            print(f"  _scaled_mm refused {batch} rows ({exc}); padding the activation to 17 rows as vLLM does")
+            print(
+                f"  _scaled_mm refused {batch} rows ({exc}); padding the activation to 17 rows as vLLM does"
+            )
         if pad_rows:
-            xqs = [(F.pad(xq.view(torch.uint8), (0, 0, 0, pad_rows - batch)).view(torch.float8_e4m3fn), sx)
-                   for xq, sx in xqs]
+            xqs = [
+                (
+                    F.pad(xq.view(torch.uint8), (0, 0, 0, pad_rows - batch)).view(
+                        torch.float8_e4m3fn
+                    ),
+                    sx,
+                )
+                for xq, sx in xqs
+            ]
 
         def bf16_fn(i):
             return lambda: F.linear(xs[i], weights[i])
@@ -162,7 +176,9 @@ def bench_shape(hidden: int, vocab: int, args, device, quantize, bandwidth: floa
             def run():
                 xq, sx = quantize_activation(xs[i])
                 if pad_rows:
-                    xq = F.pad(xq.view(torch.uint8), (0, 0, 0, pad_rows - batch)).view(torch.float8_e4m3fn)
+                    xq = F.pad(xq.view(torch.uint8), (0, 0, 0, pad_rows - batch)).view(
+                        torch.float8_e4m3fn
+                    )
                 return scaled_mm(xq, fp8[i][0].t(), sx, fp8[i][1])[:batch]
 
             return run
@@ -193,13 +209,25 @@ def bench_shape(hidden: int, vocab: int, args, device, quantize, bandwidth: floa
         row["floor_bf16_s"] = bytes_bf16 / bandwidth
         row["floor_fp8_s"] = bytes_fp8 / bandwidth
         if cuda:
-            row["bf16_s"] = time_cuda_events([bf16_fn(i) for i in range(copies)], args.reps, args.warmup)
-            row["fp8_gemm_s"] = time_cuda_events([gemm_fn(i) for i in range(copies)], args.reps, args.warmup)
-            row["fp8_head_s"] = time_cuda_events([head_fn(i) for i in range(copies)], args.reps, args.warmup)
+            row["bf16_s"] = time_cuda_events(
+                [bf16_fn(i) for i in range(copies)], args.reps, args.warmup
+            )
+            row["fp8_gemm_s"] = time_cuda_events(
+                [gemm_fn(i) for i in range(copies)], args.reps, args.warmup
+            )
+            row["fp8_head_s"] = time_cuda_events(
+                [head_fn(i) for i in range(copies)], args.reps, args.warmup
+            )
             try:
-                row["bf16_graph_s"] = time_cuda_graphs([bf16_fn(i) for i in range(copies)], args.reps, args.warmup)
-                row["fp8_gemm_graph_s"] = time_cuda_graphs([gemm_fn(i) for i in range(copies)], args.reps, args.warmup)
-                row["fp8_head_graph_s"] = time_cuda_graphs([head_fn(i) for i in range(copies)], args.reps, args.warmup)
+                row["bf16_graph_s"] = time_cuda_graphs(
+                    [bf16_fn(i) for i in range(copies)], args.reps, args.warmup
+                )
+                row["fp8_gemm_graph_s"] = time_cuda_graphs(
+                    [gemm_fn(i) for i in range(copies)], args.reps, args.warmup
+                )
+                row["fp8_head_graph_s"] = time_cuda_graphs(
+                    [head_fn(i) for i in range(copies)], args.reps, args.warmup
+                )
             except Exception as exc:  # keep the eager numbers if capture fails
                 row["graph_error"] = repr(exc)
             row["method"] = f"CUDA events, median of {args.reps} after {args.warmup} warm-up calls"
@@ -208,7 +236,9 @@ def bench_shape(hidden: int, vocab: int, args, device, quantize, bandwidth: floa
             cols = min(vocab, args.cpu_fp8_slice)
             w_slice = fp8[0][0][:cols]  # contiguous rows: .t() is column-major [hidden, cols]
             xq, sx = xqs[0]
-            slice_s = time_cpu(lambda: scaled_mm(xq, w_slice.t(), sx, fp8[0][1]), args.cpu_fp8_reps, 1)
+            slice_s = time_cpu(
+                lambda: scaled_mm(xq, w_slice.t(), sx, fp8[0][1]), args.cpu_fp8_reps, 1
+            )
             quant_s = time_cpu(lambda: quantize_activation(xs[0]), args.cpu_reps, 1)
             row["fp8_gemm_s"] = slice_s * vocab / cols
             row["fp8_head_s"] = row["fp8_gemm_s"] + quant_s
@@ -216,7 +246,11 @@ def bench_shape(hidden: int, vocab: int, args, device, quantize, bandwidth: floa
             # then a float32 matmul), for context: vLLM runs the dispatch torch picks, above.
             with torch.backends.mkldnn.flags(enabled=False):
                 row["fp8_gemm_onednn_off_s"] = (
-                    time_cpu(lambda: scaled_mm(xq, w_slice.t(), sx, fp8[0][1]), args.cpu_fp8_reps, 1) * vocab / cols
+                    time_cpu(
+                        lambda: scaled_mm(xq, w_slice.t(), sx, fp8[0][1]), args.cpu_fp8_reps, 1
+                    )
+                    * vocab
+                    / cols
                 )
             row["cpu_scaled_mm_dispatch"] = _cpu_scaled_mm_dispatch()
             row["fp8_slice_vocab"] = cols
@@ -243,8 +277,11 @@ def bench_shape(hidden: int, vocab: int, args, device, quantize, bandwidth: floa
         full = time.perf_counter() - t0
         first = next(r for r in rows if r["batch"] == 1) if 1 in args.batches else rows[0]
         first["cpu_full_size_fp8_gemm_s_single_call"] = full
-        print(f"  CPU check: one full-size FP8 GEMM (batch 1) took {full:.2f} s; extrapolated "
-              f"{first['fp8_gemm_s']:.2f} s", flush=True)
+        print(
+            f"  CPU check: one full-size FP8 GEMM (batch 1) took {full:.2f} s; extrapolated "
+            f"{first['fp8_gemm_s']:.2f} s",
+            flush=True,
+        )
     del weights, fp8
     return rows
 
@@ -257,7 +294,11 @@ def _cpu_scaled_mm_dispatch() -> str:
         flags = Path("/proc/cpuinfo").read_text().split()
     except OSError:
         flags = []
-    if torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled and "amx_int8" in flags:
+    if (
+        torch.backends.mkldnn.is_available()
+        and torch.backends.mkldnn.enabled
+        and "amx_int8" in flags
+    ):
         return "oneDNN mkldnn_scaled_mm (AMX-INT8 CPU, no FP8 arithmetic)"
     return "float32 emulation (FP8 -> float32, float32 matmul)"
 
@@ -282,8 +323,19 @@ def _row_line(r: dict) -> str:
 
 def print_table(result: dict) -> None:
     cuda = result["device"]["type"] == "cuda"
-    head = ["shape (hidden x vocab)", "batch", "BF16", "FP8 GEMM", "FP8 head", "BF16 floor", "FP8 floor",
-            "MB BF16", "MB FP8", "speedup (BF16/FP8 head)", "FP8/BF16 time"]
+    head = [
+        "shape (hidden x vocab)",
+        "batch",
+        "BF16",
+        "FP8 GEMM",
+        "FP8 head",
+        "BF16 floor",
+        "FP8 floor",
+        "MB BF16",
+        "MB FP8",
+        "speedup (BF16/FP8 head)",
+        "FP8/BF16 time",
+    ]
     if cuda:
         head += ["BF16 graph", "FP8 head graph", "speedup graph"]
     else:
@@ -292,9 +344,16 @@ def print_table(result: dict) -> None:
     print("|" + "|".join("---" for _ in head) + "|")
     for r in result["rows"]:
         cells = [
-            f"{r['hidden']} x {r['vocab']}", str(r["batch"]), _fmt_s(r["bf16_s"]), _fmt_s(r["fp8_gemm_s"]),
-            _fmt_s(r["fp8_head_s"]), _fmt_s(r["floor_bf16_s"]), _fmt_s(r["floor_fp8_s"]),
-            f"{r['bytes_bf16'] / 1e6:.1f}", f"{r['bytes_fp8'] / 1e6:.1f}", f"{r['speedup_head']:.3f}x",
+            f"{r['hidden']} x {r['vocab']}",
+            str(r["batch"]),
+            _fmt_s(r["bf16_s"]),
+            _fmt_s(r["fp8_gemm_s"]),
+            _fmt_s(r["fp8_head_s"]),
+            _fmt_s(r["floor_bf16_s"]),
+            _fmt_s(r["floor_fp8_s"]),
+            f"{r['bytes_bf16'] / 1e6:.1f}",
+            f"{r['bytes_fp8'] / 1e6:.1f}",
+            f"{r['speedup_head']:.3f}x",
             f"{r['fp8_over_bf16_time_head']:.2f}",
         ]
         if cuda:
@@ -304,14 +363,20 @@ def print_table(result: dict) -> None:
                 f"{r['speedup_head_graph']:.3f}x" if "speedup_head_graph" in r else "-",
             ]
         if not cuda:
-            cells.append(_fmt_s(r["fp8_gemm_onednn_off_s"]) if "fp8_gemm_onednn_off_s" in r else "-")
+            cells.append(
+                _fmt_s(r["fp8_gemm_onednn_off_s"]) if "fp8_gemm_onednn_off_s" in r else "-"
+            )
         print("| " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shapes", nargs="+", default=["1024x262144", "5376x262144"],
-                        help="HIDDENxVOCAB, e.g. 1024x262144")
+    parser.add_argument(
+        "--shapes",
+        nargs="+",
+        default=["1024x262144", "5376x262144"],
+        help="HIDDENxVOCAB, e.g. 1024x262144",
+    )
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     parser.add_argument("--reps", type=int, default=200, help="CUDA timed calls per row")
@@ -319,15 +384,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-copies", type=int, default=4)
     parser.add_argument("--cpu-reps", type=int, default=5)
     parser.add_argument("--cpu-fp8-reps", type=int, default=3)
-    parser.add_argument("--cpu-fp8-slice", type=int, default=2048, help="vocab rows timed for FP8 on CPU")
-    parser.add_argument("--cpu-full-check", type=int, default=1, help="one full-size FP8 call on CPU (1/0)")
-    parser.add_argument("--copy-bytes", type=int, default=0, help="bytes for the bandwidth copy (0: auto)")
+    parser.add_argument(
+        "--cpu-fp8-slice", type=int, default=2048, help="vocab rows timed for FP8 on CPU"
+    )
+    parser.add_argument(
+        "--cpu-full-check", type=int, default=1, help="one full-size FP8 call on CPU (1/0)"
+    )
+    parser.add_argument(
+        "--copy-bytes", type=int, default=0, help="bytes for the bandwidth copy (0: auto)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     args.shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     started = time.perf_counter()
+
     def quantize(w):
         q = quantize_per_tensor(w)
         return q.weight, q.scale
@@ -337,12 +409,20 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(device)
         name = torch.cuda.get_device_name(device)
         props = torch.cuda.get_device_properties(device)
-        dev_info = {"type": "cuda", "name": name, "capability": list(torch.cuda.get_device_capability(device)),
-                    "memory_bytes": props.total_memory, "l2_bytes": getattr(props, "L2_cache_size", None)}
+        dev_info = {
+            "type": "cuda",
+            "name": name,
+            "capability": list(torch.cuda.get_device_capability(device)),
+            "memory_bytes": props.total_memory,
+            "l2_bytes": getattr(props, "L2_cache_size", None),
+        }
         copy_bytes = args.copy_bytes or (4 << 30)
     else:
-        dev_info = {"type": "cpu", "name": platform.processor() or platform.machine(),
-                    "threads": torch.get_num_threads()}
+        dev_info = {
+            "type": "cpu",
+            "name": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+        }
         try:
             for line in Path("/proc/cpuinfo").read_text().splitlines():
                 if line.startswith("model name"):
@@ -352,8 +432,11 @@ def main(argv: list[str] | None = None) -> int:
             pass
         copy_bytes = args.copy_bytes or (1 << 30)
     bandwidth = copy_bandwidth(device, copy_bytes, 20 if device.type == "cuda" else 5)
-    print(f"device {dev_info['name']} ({device.type}); copy bandwidth {bandwidth / 1e9:.1f} GB/s "
-          f"(read+write, {copy_bytes >> 20} MiB copy); quantizer: {quantizer}", flush=True)
+    print(
+        f"device {dev_info['name']} ({device.type}); copy bandwidth {bandwidth / 1e9:.1f} GB/s "
+        f"(read+write, {copy_bytes >> 20} MiB copy); quantizer: {quantizer}",
+        flush=True,
+    )
     rows = []
     for hidden, vocab in args.shapes:
         rows.extend(bench_shape(hidden, vocab, args, device, quantize, bandwidth))
@@ -362,8 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "schema": "draft-head-fp8-bench-head-matmul/v1",
         "device": dev_info,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "cuda": torch.version.cuda},
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        },
         "quantizer": quantizer,
         "copy_bandwidth_bytes_per_s": bandwidth,
         "copy_bandwidth_bytes": copy_bytes,
@@ -376,8 +462,12 @@ def main(argv: list[str] | None = None) -> int:
     b1 = [r for r in rows if r["batch"] == 1 and r["hidden"] == 1024]
     if b1:
         key = "speedup_head_graph" if "speedup_head_graph" in b1[0] else "speedup_head"
-        result["goal"] = {"batch1_1024x262144_speedup": b1[0][key], "speedup_key": key,
-                          "target": 1.8, "met": b1[0][key] >= 1.8}
+        result["goal"] = {
+            "batch1_1024x262144_speedup": b1[0][key],
+            "speedup_key": key,
+            "target": 1.8,
+            "met": b1[0][key] >= 1.8,
+        }
     out = args.out or ROOT / "bench" / "results" / f"head_matmul_{device.type}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -43,6 +43,7 @@ def synced(fn, device: str):
         if device == "cuda":
             torch.cuda.synchronize()
         return out
+
     return run
 
 
@@ -69,11 +70,15 @@ def cuda_peak_extra(ops: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.json = args.json or RESULTS / ("head_quantize.json" if args.device == "cpu" else f"head_quantize_{args.device}.json")
+    args.json = args.json or RESULTS / (
+        "head_quantize.json" if args.device == "cpu" else f"head_quantize_{args.device}.json"
+    )
     w = build(args.device)
     if args.memory_child:
         import json
@@ -87,14 +92,25 @@ def main() -> None:
     assert torch.equal(exact.view(torch.uint8), q.weight.view(torch.uint8)), "not round-to-nearest"
     del exact
     times = interleaved_medians(operations(w), args.runs)
-    memory = cuda_peak_extra(operations(w)) if args.device == "cuda" else run_memory_child(__spec__.name, "--device", "cpu")
+    memory = (
+        cuda_peak_extra(operations(w))
+        if args.device == "cuda"
+        else run_memory_child(__spec__.name, "--device", "cpu")
+    )
     fp8_bytes = VOCAB * HIDDEN
-    quant, sha, yard = (times[k]["median_s"] for k in ("quantize", "provenance_sha256", "yardstick"))
+    quant, sha, yard = (
+        times[k]["median_s"] for k in ("quantize", "provenance_sha256", "yardstick")
+    )
     extra = memory["quantize"] - fp8_bytes
     result = {
         "benchmark": "head_quantize",
         "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
-        "shape": {"vocab": VOCAB, "hidden": HIDDEN, "bf16_bytes": 2 * fp8_bytes, "fp8_bytes": fp8_bytes},
+        "shape": {
+            "vocab": VOCAB,
+            "hidden": HIDDEN,
+            "bf16_bytes": 2 * fp8_bytes,
+            "fp8_bytes": fp8_bytes,
+        },
         "chunk_elements": CHUNK_ELEMENTS,
         **env,
         "runs": args.runs,
@@ -103,24 +119,38 @@ def main() -> None:
         "sha256_over_yardstick": sha / yard,
         "peak_extra_bytes": memory,
         "quantize_extra_beyond_fp8_result_bytes": extra,
-        "targets": {"passes_max": 3, "extra_mib_max": 64,
-                    "passes_met": quant / yard <= 3, "memory_met": extra <= 64 * MIB},
+        "targets": {
+            "passes_max": 3,
+            "extra_mib_max": 64,
+            "passes_met": quant / yard <= 3,
+            "memory_met": extra <= 64 * MIB,
+        },
     }
     write_json(args.json, result)
     ms = lambda s: f"{s * 1000:.0f} ms"  # noqa: E731
-    print(f"262144 x 1024 bf16 head -> float8_e4m3fn on {result['device']}, torch {env['torch']}, {env['torch_threads']} threads, "
-          f"median of {args.runs}, load average at start {env['load_average_at_start'][0]:.2f}")
+    print(
+        f"262144 x 1024 bf16 head -> float8_e4m3fn on {result['device']}, torch {env['torch']}, {env['torch_threads']} threads, "
+        f"median of {args.runs}, load average at start {env['load_average_at_start'][0]:.2f}"
+    )
     print()
     print("| operation | time (median) | passes | peak extra memory |")
     print("| --- | ---: | ---: | ---: |")
-    print(f"| quantize (amax + RTN saturating FP8, row amax) | {ms(quant)} | {quant / yard:.1f} | "
-          f"{extra / MIB:.1f} MiB beyond the 256 MiB result |")
-    print(f"| provenance: sha256 of the 512 MiB BF16 source | {ms(sha)} | {sha / yard:.1f} | "
-          f"{memory['provenance_sha256'] / MIB:.1f} MiB |")
-    print(f"| yardstick: one pass over the BF16 bytes | {ms(yard)} | 1.0 | {memory['yardstick'] / MIB:.1f} MiB |")
+    print(
+        f"| quantize (amax + RTN saturating FP8, row amax) | {ms(quant)} | {quant / yard:.1f} | "
+        f"{extra / MIB:.1f} MiB beyond the 256 MiB result |"
+    )
+    print(
+        f"| provenance: sha256 of the 512 MiB BF16 source | {ms(sha)} | {sha / yard:.1f} | "
+        f"{memory['provenance_sha256'] / MIB:.1f} MiB |"
+    )
+    print(
+        f"| yardstick: one pass over the BF16 bytes | {ms(yard)} | 1.0 | {memory['yardstick'] / MIB:.1f} MiB |"
+    )
     print()
-    print(f"targets: <= 3 passes {'met' if quant / yard <= 3 else 'NOT met'}, "
-          f"<= 64 MiB extra {'met' if extra <= 64 * MIB else 'NOT met'}  ->  {args.json}")
+    print(
+        f"targets: <= 3 passes {'met' if quant / yard <= 3 else 'NOT met'}, "
+        f"<= 64 MiB extra {'met' if extra <= 64 * MIB else 'NOT met'}  ->  {args.json}"
+    )
 
 
 if __name__ == "__main__":

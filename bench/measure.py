@@ -51,15 +51,22 @@ def run_memory_child(module: str, *args: str) -> dict[str, int]:
     peak_extra()'s dict as its last line."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-m", module, "--memory-child", *args], cwd=root,
-                          capture_output=True, text=True, env=env, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--memory-child", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"memory child failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def interleaved_medians(operations: dict[str, Callable[[], Any]], runs: int,
-                        max_runs: dict[str, int] | None = None) -> dict[str, dict]:
+def interleaved_medians(
+    operations: dict[str, Callable[[], Any]], runs: int, max_runs: dict[str, int] | None = None
+) -> dict[str, dict]:
     """Time each operation ``runs`` times, interleaved, so machine noise hits all of them alike."""
     max_runs = max_runs or {}
     for op in operations.values():
@@ -72,8 +79,10 @@ def interleaved_medians(operations: dict[str, Callable[[], Any]], runs: int,
             start = time.perf_counter()
             op()
             samples[name].append(time.perf_counter() - start)
-    return {name: {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s), "runs": len(s)}
-            for name, s in samples.items()}
+    return {
+        name: {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s), "runs": len(s)}
+        for name, s in samples.items()
+    }
 
 
 def environment() -> dict:
@@ -81,9 +90,14 @@ def environment() -> dict:
 
     import torch
 
-    return {"torch": torch.__version__, "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "machine": platform.machine(), "python": platform.python_version(),
-            "load_average_at_start": os.getloadavg()}
+    return {
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "load_average_at_start": os.getloadavg(),
+    }
 
 
 def write_json(path: Path, result: dict) -> None:

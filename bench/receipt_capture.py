@@ -59,7 +59,12 @@ RESULTS = Path(__file__).resolve().parent / "results" / "receipt_capture.json"
 
 def build(seed: int = 0) -> SimpleNamespace:
     torch.manual_seed(seed)
-    embed = nn.Embedding(VOCAB, HIDDEN, dtype=torch.bfloat16, _weight=torch.empty(VOCAB, HIDDEN, dtype=torch.bfloat16))
+    embed = nn.Embedding(
+        VOCAB,
+        HIDDEN,
+        dtype=torch.bfloat16,
+        _weight=torch.empty(VOCAB, HIDDEN, dtype=torch.bfloat16),
+    )
     with torch.no_grad():
         embed.weight.normal_(0.0, 0.02)  # in place: no float32 temporary of the whole table
     embed.weight.requires_grad_(False)
@@ -73,7 +78,9 @@ def build(seed: int = 0) -> SimpleNamespace:
     draft = nn.Module()
     draft.model = nn.Module()
     draft.model.embed_tokens = embed  # shared with the target after load
-    draft.config = SimpleNamespace(text_config=SimpleNamespace(hidden_size=HIDDEN, vocab_size=VOCAB))
+    draft.config = SimpleNamespace(
+        text_config=SimpleNamespace(hidden_size=HIDDEN, vocab_size=VOCAB)
+    )
     decision = eligibility(
         layer=head,
         quant_config=SimpleNamespace(args=SimpleNamespace(linear="fp8_per_tensor_static")),
@@ -84,7 +91,9 @@ def build(seed: int = 0) -> SimpleNamespace:
         tie_word_embeddings=True,
         parallel_lm_head_type=ParallelLMHead,
     )
-    return SimpleNamespace(head=head, draft=draft, target=target_lm, decision=decision, fp8=q.weight)
+    return SimpleNamespace(
+        head=head, draft=draft, target=target_lm, decision=decision, fp8=q.weight
+    )
 
 
 def capture(state: SimpleNamespace) -> dict:
@@ -131,7 +140,10 @@ def main() -> None:
     state = build()
     receipt = capture(state)
     validate_post_share_receipt(receipt)  # the captured receipt is a valid one
-    assert receipt["head_weight"]["finite"] is True and receipt["head_weight"]["shape"] == [HIDDEN, VOCAB]
+    assert receipt["head_weight"]["finite"] is True and receipt["head_weight"]["shape"] == [
+        HIDDEN,
+        VOCAB,
+    ]
     assert overlay_check(state) is True
     # Interleaved, so machine noise hits all of them alike; the overlay check takes seconds a run.
     times = interleaved_medians(bound(state), args.runs, {"overlay_check": args.overlay_runs})
@@ -165,8 +177,16 @@ def main() -> None:
     mib = lambda b: f"{b / MIB:.1f} MiB"  # noqa: E731
     rows = [
         ("receipt capture (`make_runtime_receipt`)", ms(cap), mib(memory["capture"])),
-        ("yardstick: `w.view(torch.uint8).max()`, one pass over the 256 MiB", ms(yard), mib(memory["yardstick"])),
-        ("overlay-style check: 8 Mi-element float32 chunks + `isfinite().all()`", ms(overlay), mib(memory["overlay_check"])),
+        (
+            "yardstick: `w.view(torch.uint8).max()`, one pass over the 256 MiB",
+            ms(yard),
+            mib(memory["yardstick"]),
+        ),
+        (
+            "overlay-style check: 8 Mi-element float32 chunks + `isfinite().all()`",
+            ms(overlay),
+            mib(memory["overlay_check"]),
+        ),
     ]
     print(
         f"262144 x 1024 float8_e4m3fn head, torch {torch.__version__}, {torch.get_num_threads()} threads, "

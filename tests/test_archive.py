@@ -71,9 +71,11 @@ def problem_paths(report):
 
 
 def test_import_pulls_in_neither_torch_nor_vllm():
-    code = ("import sys, draft_head_fp8.archive as a; "
-            "bad = [m for m in ('torch', 'vllm', 'jsonschema') if m in sys.modules]; "
-            "a.collect_identity(); print(bad)")
+    code = (
+        "import sys, draft_head_fp8.archive as a; "
+        "bad = [m for m in ('torch', 'vllm', 'jsonschema') if m in sys.modules]; "
+        "a.collect_identity(); print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -90,7 +92,11 @@ def test_bytes_are_kept_exactly_with_private_modes(arc, tmp_path):
     assert boot.status == "sealed"
     assert (boot.path / "receipts/post_share-rank0.json").read_bytes() == data
     assert (boot.path / "diagnostics/server.log").read_bytes() == src.read_bytes()
-    assert [f["path"] for f in manifest["files"]] == ["boot.json", "diagnostics/server.log", "receipts/post_share-rank0.json"]
+    assert [f["path"] for f in manifest["files"]] == [
+        "boot.json",
+        "diagnostics/server.log",
+        "receipts/post_share-rank0.json",
+    ]
     assert manifest["previous"] is None and manifest["chain_index"] == 0
     for path in [boot.path, boot.path / "receipts", boot.path / "diagnostics"]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o700
@@ -104,7 +110,7 @@ def test_nothing_is_rewritten(arc):
     boot = arc.begin_boot()
     boot.add_bytes("receipts/a.json", b"{}")
     with pytest.raises(FileExistsError):
-        boot.add_bytes("receipts/a.json", b"{\"other\": 1}")
+        boot.add_bytes("receipts/a.json", b'{"other": 1}')
     with pytest.raises(FileExistsError):
         boot.add_bytes("boot.json", b"{}")
     assert (boot.path / "receipts/a.json").read_bytes() == b"{}"
@@ -132,15 +138,27 @@ def test_identity_records_what_matters_and_no_secrets(arc, monkeypatch):
     boot = arc.begin_boot(extra={"device_names": ["NVIDIA H200"], "run": "nightly"})
     raw = (boot.path / "boot.json").read_bytes()
     ident = json.loads(raw)
-    assert ident["env"] == {"CUDA_VISIBLE_DEVICES": "0,1", "DRAFT_HEAD_FP8_MODE": "strict",
-                            "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8": "1"}
-    assert ident["env_withheld"] == ["DRAFT_HEAD_FP8_DB_PASSWORD", "VLLM_API_KEY", "VLLM_HF_TOKEN",
-                                     "VLLM_REMOTE_URL", "VLLM_SOMETHING"]
+    assert ident["env"] == {
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "DRAFT_HEAD_FP8_MODE": "strict",
+        "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8": "1",
+    }
+    assert ident["env_withheld"] == [
+        "DRAFT_HEAD_FP8_DB_PASSWORD",
+        "VLLM_API_KEY",
+        "VLLM_HF_TOKEN",
+        "VLLM_REMOTE_URL",
+        "VLLM_SOMETHING",
+    ]
     for secret in (b"hunter2", b"hf_abc", b"user:pw", b"hf_looks"):
         assert secret not in raw
     assert ident["device_names"] == ["NVIDIA H200"] and ident["run"] == "nightly"
     assert ident["invocation_id"] == "abc123"
-    assert ident["seq"] == boot.seq and ident["launch_id"] == boot.launch_id and ident["pid"] == os.getpid()
+    assert (
+        ident["seq"] == boot.seq
+        and ident["launch_id"] == boot.launch_id
+        and ident["pid"] == os.getpid()
+    )
     assert ident["kernel_boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert set(ident["versions"]) == {"python", "torch", "vllm", "draft-head-fp8"}
     assert ident["versions"]["draft-head-fp8"]
@@ -175,8 +193,24 @@ def test_sequence_numbers_and_lookup(arc):
 
 # ------------------------------------------------------------------------------ names, symlinks
 
-@pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a/../../x", "receipts/../../escape", "", "a//b",
-                                  "./a", "receipts/.hidden", "MANIFEST.json", "a\\..\\b", "x\x00y", "a/"])
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../x",
+        "/etc/passwd",
+        "a/../../x",
+        "receipts/../../escape",
+        "",
+        "a//b",
+        "./a",
+        "receipts/.hidden",
+        "MANIFEST.json",
+        "a\\..\\b",
+        "x\x00y",
+        "a/",
+    ],
+)
 def test_names_that_escape_or_collide_are_refused(arc, name):
     boot = arc.begin_boot()
     with pytest.raises(ValueError, match="file name|MANIFEST"):
@@ -185,10 +219,14 @@ def test_names_that_escape_or_collide_are_refused(arc, name):
     assert sorted(p.name for p in arc.root.iterdir()) == [".lock", boot.name]
 
 
-_PARTS = st.sampled_from(["..", ".", "", "receipts", "a", "/", "\\", "x.json", "..x", "~", "\x00", "\udc80", "é"])
+_PARTS = st.sampled_from(
+    ["..", ".", "", "receipts", "a", "/", "\\", "x.json", "..x", "~", "\x00", "\udc80", "é"]
+)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(name=st.lists(_PARTS, min_size=1, max_size=6).map("/".join) | st.text(max_size=30))
 def test_no_name_can_write_outside_its_boot(tmp_path, name):
     root = tmp_path / "archive"
@@ -199,7 +237,9 @@ def test_no_name_can_write_outside_its_boot(tmp_path, name):
     except (ValueError, FileExistsError, ArchiveError):
         pass
     else:
-        assert os.path.realpath(path).startswith(str(boot.path) + os.sep) and path.read_bytes() == b"x"
+        assert (
+            os.path.realpath(path).startswith(str(boot.path) + os.sep) and path.read_bytes() == b"x"
+        )
     assert sorted(os.listdir(tmp_path)) == ["archive"]
     assert sorted(os.listdir(root)) == [".lock", boot.name]
 
@@ -242,9 +282,12 @@ def test_symlink_planted_in_sealed_boot_or_root_is_caught(arc, tmp_path):
 
 # ------------------------------------------------------------------------------ damage detection
 
+
 def _small_sealed(arc):
     boot = arc.begin_boot()
-    boot.add_bytes("receipts/r.json", b'{"head_method": "Fp8PerTensorOnlineLinearMethod", "shape": [4, 8]}\n')
+    boot.add_bytes(
+        "receipts/r.json", b'{"head_method": "Fp8PerTensorOnlineLinearMethod", "shape": [4, 8]}\n'
+    )
     boot.seal()
     files = [boot.path / "boot.json", boot.path / "receipts/r.json", boot.path / "MANIFEST.json"]
     assert all(len(f.read_bytes()) < 1024 for f in files)
@@ -263,13 +306,15 @@ def test_every_single_bit_flip_is_caught(arc):
                 for bit in range(8):
                     buf[i] ^= 1 << bit
                     f.seek(i)
-                    f.write(buf[i:i + 1])
+                    f.write(buf[i : i + 1])
                     report = arc.verify()
-                    if report.ok or not all(p.startswith(str(boot.path)) for p in problem_paths(report)):
+                    if report.ok or not all(
+                        p.startswith(str(boot.path)) for p in problem_paths(report)
+                    ):
                         missed.append((path.name, i, bit))
                     buf[i] ^= 1 << bit
                 f.seek(i)
-                f.write(buf[i:i + 1])
+                f.write(buf[i : i + 1])
         assert path.read_bytes() == original
     assert missed == []
     assert arc.verify().ok
@@ -319,6 +364,7 @@ def test_manifest_edited_with_recomputed_own_hash_is_caught_by_the_chain(arc):
 
     def forge(m):
         import hashlib
+
         for f in m["files"]:
             if f["path"] == "diagnostics/server.log":
                 f["size"], f["sha256"] = 7, hashlib.sha256(b"forged\n").hexdigest()
@@ -332,6 +378,7 @@ def test_manifest_edited_with_recomputed_own_hash_is_caught_by_the_chain(arc):
 def test_broken_chain_link_is_named(arc):
     first, middle, last = (sealed_boot(arc) for _ in range(3))
     import shutil
+
     shutil.rmtree(middle.path)
     report = arc.verify()
     assert problem_paths(report) == [str(last.path / "MANIFEST.json")]
@@ -350,7 +397,9 @@ def test_relinked_manifest_is_caught(arc):
     _rewrite_manifest(third, skip)
     report = arc.verify()
     assert not report.ok
-    assert str(third.path / "MANIFEST.json") in problem_paths(report)  # chain_index no longer follows
+    assert str(third.path / "MANIFEST.json") in problem_paths(
+        report
+    )  # chain_index no longer follows
     assert any("forks" in p.message for p in report.problems)
 
 
@@ -388,7 +437,9 @@ def test_the_schemas_name_the_archive_vocabulary():
     files = schema["properties"]["files"]["items"]
     assert set(files["required"]) == set(files["properties"])
     assert files["additionalProperties"] is False
-    assert schemas.load("archive-pruned-v1")["properties"]["schema"]["const"] == archive.PRUNED_SCHEMA
+    assert (
+        schemas.load("archive-pruned-v1")["properties"]["schema"]["const"] == archive.PRUNED_SCHEMA
+    )
 
 
 def test_a_float_where_the_manifest_has_an_integer_is_rejected(arc):
@@ -402,9 +453,16 @@ def test_a_float_where_the_manifest_has_an_integer_is_rejected(arc):
     assert "seq: Decimal('1.0') is not of type 'integer'" in report.problems[0].message
 
 
-_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2, 3), st.floats(allow_nan=False),
-                     st.decimals(allow_nan=False, allow_infinity=False), st.text(max_size=4),
-                     st.just("a" * 64), st.just("a" * 64 + "\n"))
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 3),
+    st.floats(allow_nan=False),
+    st.decimals(allow_nan=False, allow_infinity=False),
+    st.text(max_size=4),
+    st.just("a" * 64),
+    st.just("a" * 64 + "\n"),
+)
 
 
 def _alike(value):
@@ -454,13 +512,32 @@ def _near(draw, base):
     return doc
 
 
-_MANIFEST_DOC = {"schema": "draft-head-fp8-archive-manifest/v1", "boot": "00000001-x", "seq": 1,
-                 "launch_id": "x", "sealed_at": "2024-01-01T00:00:00.000000Z", "chain_index": 0,
-                 "previous": None, "previous_boot": None, "manifest_sha256": "a" * 64,
-                 "files": [{"path": "boot.json", "size": 3, "sha256": "b" * 64}]}
-_PRUNED_DOC = {"schema": "draft-head-fp8-archive-pruned/v1", "pruned_at": "2024", "keep": 0,
-               "boots": [{"boot": "00000001-x", "seq": 1, "launch_id": "x", "chain_index": 0,
-                          "manifest_sha256": "c" * 64}]}
+_MANIFEST_DOC = {
+    "schema": "draft-head-fp8-archive-manifest/v1",
+    "boot": "00000001-x",
+    "seq": 1,
+    "launch_id": "x",
+    "sealed_at": "2024-01-01T00:00:00.000000Z",
+    "chain_index": 0,
+    "previous": None,
+    "previous_boot": None,
+    "manifest_sha256": "a" * 64,
+    "files": [{"path": "boot.json", "size": 3, "sha256": "b" * 64}],
+}
+_PRUNED_DOC = {
+    "schema": "draft-head-fp8-archive-pruned/v1",
+    "pruned_at": "2024",
+    "keep": 0,
+    "boots": [
+        {
+            "boot": "00000001-x",
+            "seq": 1,
+            "launch_id": "x",
+            "chain_index": 0,
+            "manifest_sha256": "c" * 64,
+        }
+    ],
+}
 
 
 @settings(max_examples=400, deadline=None)
@@ -484,14 +561,17 @@ def test_sealing_and_numbering_never_import_jsonschema(arc):
     sealed_boot(arc)
     arc.prune(1)
     (arc.root / "PRUNED-00000000T000000000000Z-damaged.json").write_bytes(b'{"schema": 1}\n')
-    code = ("import sys; from draft_head_fp8.archive import Archive; a = Archive(sys.argv[1]); "
-            "b = a.begin_boot(); b.add_bytes('receipts/r.json', b'{}'); m = b.seal(); "
-            "j = a.join_boot('tp-launch', expected_files=['receipts/r0.json']); "
-            "j.add_bytes('receipts/r0.json', b'{}'); assert j.seal_if_complete(); "
-            "heavy = [x for x in ('jsonschema', 'torch', 'vllm') if x in sys.modules]; "
-            "print(m['chain_index'], b.seq, heavy)")
-    out = subprocess.run([sys.executable, "-c", code, str(arc.root)], capture_output=True,
-                         text=True)
+    code = (
+        "import sys; from draft_head_fp8.archive import Archive; a = Archive(sys.argv[1]); "
+        "b = a.begin_boot(); b.add_bytes('receipts/r.json', b'{}'); m = b.seal(); "
+        "j = a.join_boot('tp-launch', expected_files=['receipts/r0.json']); "
+        "j.add_bytes('receipts/r0.json', b'{}'); assert j.seal_if_complete(); "
+        "heavy = [x for x in ('jsonschema', 'torch', 'vllm') if x in sys.modules]; "
+        "print(m['chain_index'], b.seq, heavy)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(arc.root)], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2", "3", "[]"]
 
@@ -506,7 +586,9 @@ def test_damaged_prune_record_is_named(arc):
     report = arc.verify()
     # Without a valid record, the kept boot's link to the pruned one is a deletion as well.
     assert problem_paths(report) == [str(record), str(kept.path / "MANIFEST.json")]
-    assert report.problems[0].message.startswith("invalid prune record: boots/0/seq: 0 is less than")
+    assert report.problems[0].message.startswith(
+        "invalid prune record: boots/0/seq: 0 is less than"
+    )
 
 
 def test_stray_entry_in_root_is_named(arc):
@@ -518,12 +600,17 @@ def test_stray_entry_in_root_is_named(arc):
 
 # ------------------------------------------------------------------- incomplete boots, the chain
 
+
 def test_incomplete_boot_is_listed_and_does_not_break_the_chain(arc):
     a = sealed_boot(arc)
     crashed = arc.begin_boot()
     crashed.add_bytes("receipts/partial.json", b"{")
     c = sealed_boot(arc)
-    assert [(b.seq, b.status) for b in arc.boots()] == [(1, "sealed"), (2, "incomplete"), (3, "sealed")]
+    assert [(b.seq, b.status) for b in arc.boots()] == [
+        (1, "sealed"),
+        (2, "incomplete"),
+        (3, "sealed"),
+    ]
     report = arc.verify()
     assert report.ok and report.incomplete == [crashed.name] and report.chain == [a.name, c.name]
     assert c.manifest["previous_boot"] == a.name
@@ -540,7 +627,9 @@ def test_chain_follows_seal_order_not_sequence_order(arc):
 
 def test_boot_opened_by_another_handle_can_be_filled_and_sealed(arc):
     boot = arc.begin_boot()
-    other = Archive(arc.root).find(boot.launch_id)  # e.g. the worker process that captures the receipt
+    other = Archive(arc.root).find(
+        boot.launch_id
+    )  # e.g. the worker process that captures the receipt
     other.add_bytes("receipts/post_share-rank0.json", b"{}")
     other.seal()
     assert boot.status == "sealed" and arc.verify().ok
@@ -555,6 +644,7 @@ def test_seal_notices_a_file_changed_after_it_was_written(arc):
 
 
 # ----------------------------------------------------------------------------------- ENOSPC
+
 
 def test_enospc_mid_write_gives_a_clear_error_and_keeps_earlier_boots(arc, monkeypatch):
     earlier = sealed_boot(arc)
@@ -597,6 +687,7 @@ def test_enospc_from_os_write_in_begin_boot(arc, monkeypatch):
 
 # ----------------------------------------------------------------------------------- prune
 
+
 def test_prune_deletes_oldest_sealed_only_and_keeps_verifying(arc):
     sealed = [sealed_boot(arc) for _ in range(3)]
     crashed = arc.begin_boot()
@@ -605,7 +696,9 @@ def test_prune_deletes_oldest_sealed_only_and_keeps_verifying(arc):
     assert dry.pruned == [b.name for b in sealed[:3]] and all(b.path.exists() for b in sealed)
     result = arc.prune(2)
     assert result.pruned == [b.name for b in sealed[:3]]
-    assert result.kept_sealed == [b.name for b in sealed[3:]] and result.incomplete == [crashed.name]
+    assert result.kept_sealed == [b.name for b in sealed[3:]] and result.incomplete == [
+        crashed.name
+    ]
     assert crashed.path.exists() and not any(b.path.exists() for b in sealed[:3])
     assert Path(result.record).name.startswith("PRUNED-")
     report = arc.verify()
@@ -617,7 +710,11 @@ def test_prune_deletes_oldest_sealed_only_and_keeps_verifying(arc):
     arc.prune(0)
     assert [b.name for b in arc.boots()] == [crashed.name]
     nxt = sealed_boot(arc)
-    assert nxt.seq == 8 and nxt.manifest["previous_boot"] == after.name and nxt.manifest["chain_index"] == 6
+    assert (
+        nxt.seq == 8
+        and nxt.manifest["previous_boot"] == after.name
+        and nxt.manifest["chain_index"] == 6
+    )
     assert arc.verify().ok
 
 
@@ -655,10 +752,15 @@ def test_interrupted_prune_leftovers_are_harmless(arc):
 
 # ----------------------------------------------------------------------------------- diff
 
+
 def test_diff_lists_receipt_fields_important_first(arc):
     a = sealed_boot(arc)
-    changed = dict(RECEIPT, head_kernel="CutlassFp8", head_weight={"dtype": "torch.bfloat16", "shape": [64, 512]},
-                   zeta="new")
+    changed = dict(
+        RECEIPT,
+        head_kernel="CutlassFp8",
+        head_weight={"dtype": "torch.bfloat16", "shape": [64, 512]},
+        zeta="new",
+    )
     b = sealed_boot(arc, receipt=changed, extra={"device_names": ["NVIDIA H200"]})
     result = diff_boots(a, b)
     (receipt,) = result["receipts"]
@@ -672,6 +774,7 @@ def test_diff_lists_receipt_fields_important_first(arc):
 
 # ------------------------------------------------------------------------------------ CLI
 
+
 def cli(capsys, *argv):
     parser = argparse.ArgumentParser(prog="draft-head-fp8")
     add_archive_parser(parser.add_subparsers(dest="command", required=True))
@@ -684,7 +787,7 @@ def cli(capsys, *argv):
 
 
 def test_cli_empty_archive_lists_nothing(arc, capsys):
-    assert cli(capsys, "list", "--root", arc.root) [:2] == (0, "")
+    assert cli(capsys, "list", "--root", arc.root)[:2] == (0, "")
     code, out, _ = cli(capsys, "list", "--root", arc.root, "--json")
     assert (code, json.loads(out)) == (0, [])
     code, out, _ = cli(capsys, "verify", "--root", arc.root, "--json")
@@ -700,11 +803,19 @@ def test_cli_list_show_verify_diff_prune(arc, capsys):
     code, out, _ = cli(capsys, "list", "--root", root)
     assert code == 0 and crashed.launch_id in out and "incomplete" in out
     code, out, _ = cli(capsys, "list", "--root", root, "--json")
-    assert code == 0 and [r["status"] for r in json.loads(out)] == ["sealed", "incomplete", "sealed"]
+    assert code == 0 and [r["status"] for r in json.loads(out)] == [
+        "sealed",
+        "incomplete",
+        "sealed",
+    ]
 
     code, out, _ = cli(capsys, "show", "-1", "--root", root, "--json")
     shown = json.loads(out)
-    assert code == 0 and shown["boot"]["boot"] == b.name and shown["manifest"]["previous_boot"] == a.name
+    assert (
+        code == 0
+        and shown["boot"]["boot"] == b.name
+        and shown["manifest"]["previous_boot"] == a.name
+    )
     code, out, _ = cli(capsys, "show", crashed.launch_id, "--root", root)
     assert code == 0 and "incomplete" in out
 
@@ -728,7 +839,9 @@ def test_cli_verify_exits_1_and_prints_every_problem(arc, capsys):
     (b.path / "receipts/new.json").write_bytes(b"{}")
     code, out, _ = cli(capsys, "verify", "--root", arc.root)
     assert code == 1
-    assert str(a.path / "diagnostics/server.log") in out and str(b.path / "receipts/new.json") in out
+    assert (
+        str(a.path / "diagnostics/server.log") in out and str(b.path / "receipts/new.json") in out
+    )
     assert "FAILED, 2 problem(s)" in out
     code, out, _ = cli(capsys, "verify", "--root", arc.root, "--json")
     assert code == 1 and len(json.loads(out)["problems"]) == 2
@@ -736,9 +849,16 @@ def test_cli_verify_exits_1_and_prints_every_problem(arc, capsys):
     assert code == 1 and len(err.strip().splitlines()) == 1 and "verify" in err
 
 
-@pytest.mark.parametrize("argv", [
-    ["show", "42"], ["show", "-5"], ["show", "no-such-launch"], ["diff", "1", "9"], ["prune", "--keep", "-1"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "42"],
+        ["show", "-5"],
+        ["show", "no-such-launch"],
+        ["diff", "1", "9"],
+        ["prune", "--keep", "-1"],
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(arc, capsys, argv):
     sealed_boot(arc)
     code, out, err = cli(capsys, *argv, "--root", arc.root)
@@ -766,6 +886,7 @@ def test_python_dash_m_runs(arc):
     command = [sys.executable, "-m", "draft_head_fp8.cli", "archive"]
     out = subprocess.run([*command, "verify", "--json"], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and json.loads(out.stdout)["ok"]
-    out = subprocess.run([*command, "show", "7"],
-                         capture_output=True, text=True, env=env)
-    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1
+    out = subprocess.run([*command, "show", "7"], capture_output=True, text=True, env=env)
+    assert (
+        out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1
+    )

@@ -49,8 +49,13 @@ def spawn(writer, root, boots=1, start_at=0.0):
     for name in list(env):
         if name.startswith(("VLLM_", "DRAFT_HEAD_FP8_")):
             del env[name]
-    proc = subprocess.Popen([sys.executable, str(writer), str(root), str(boots), repr(start_at)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(writer), str(root), str(boots), repr(start_at)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stdout.readline().strip() == "ready"
     return proc
 
@@ -60,8 +65,11 @@ def sealed_contents(arc):
     out = {}
     for boot in arc.boots():
         if boot.status == "sealed":
-            out[boot.name] = {str(p.relative_to(boot.path)): hashlib.sha256(p.read_bytes()).hexdigest()
-                              for p in sorted(boot.path.rglob("*")) if p.is_file()}
+            out[boot.name] = {
+                str(p.relative_to(boot.path)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(boot.path.rglob("*"))
+                if p.is_file()
+            }
     return out
 
 
@@ -94,7 +102,9 @@ def test_sigkill_at_random_instants_leaves_sealed_or_incomplete_boots(tmp_path, 
         proc.stdin.close()
         boots = arc.boots()
         new = boots[count:]
-        assert all(b.status == "sealed" for b in new[:-1])  # only the boot being written may be cut short
+        assert all(
+            b.status == "sealed" for b in new[:-1]
+        )  # only the boot being written may be cut short
         outcomes[new[-1].status if new else "none"] += 1
         assert {b.status for b in boots} <= {"sealed", "incomplete"}
         report = arc.verify()
@@ -172,12 +182,29 @@ def test_real_enospc_on_a_full_filesystem(tmp_path):
     helper.write_text(FULL_DISK)
     mount.mkdir()
     # A private mount namespace: the small tmpfs vanishes with the process, whatever happens.
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=256k tmpfs {mount}"],
-                           capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=256k tmpfs {mount}"],
+        capture_output=True,
+    )
     if probe.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root and unshare); the injected ENOSPC test covers it")
-    run = subprocess.run(["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=256k tmpfs "$0" && exec "$1" "$2" "$0"',
-                          str(mount), sys.executable, str(helper)], capture_output=True, text=True, timeout=60)
+        pytest.skip(
+            "cannot mount a small tmpfs here (needs root and unshare); the injected ENOSPC test covers it"
+        )
+    run = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            'mount -t tmpfs -o size=256k tmpfs "$0" && exec "$1" "$2" "$0"',
+            str(mount),
+            sys.executable,
+            str(helper),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
     assert "no space left" in out["add"] and "big.log" in out["add"]

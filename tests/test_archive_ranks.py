@@ -58,8 +58,9 @@ def arc(tmp_path):
 
 
 def tree(path):
-    return sorted((str(p.relative_to(path)), p.read_bytes() if p.is_file() else None)
-                  for p in path.rglob("*"))
+    return sorted(
+        (str(p.relative_to(path)), p.read_bytes() if p.is_file() else None) for p in path.rglob("*")
+    )
 
 
 # ------------------------------------------------------------------------------- the API
@@ -97,8 +98,10 @@ def test_join_refuses_a_sealed_launch_and_a_different_wait_list(arc):
     assert [b.name for b in arc.boots()] == [boot.name, plain.name]
 
 
-@pytest.mark.parametrize("expected", [[], "receipts/r.json", ["boot.json"], ["../x"],
-                                      ["MANIFEST.json"], ["a.json", "a.json"], [1]])
+@pytest.mark.parametrize(
+    "expected",
+    [[], "receipts/r.json", ["boot.json"], ["../x"], ["MANIFEST.json"], ["a.json", "a.json"], [1]],
+)
 def test_join_refuses_a_bad_wait_list_and_leaves_no_boot(arc, expected):
     with pytest.raises(ValueError):
         arc.join_boot("tp-a", expected_files=expected)
@@ -152,8 +155,9 @@ def test_verify_names_a_boot_sealed_without_an_expected_file(arc):
     (boot.path / "receipts/post_share-rank1.json").unlink()
     path = boot.path / "MANIFEST.json"
     manifest = json.loads(path.read_bytes())
-    manifest["files"] = [f for f in manifest["files"]
-                         if f["path"] != "receipts/post_share-rank1.json"]
+    manifest["files"] = [
+        f for f in manifest["files"] if f["path"] != "receipts/post_share-rank1.json"
+    ]
     manifest["manifest_sha256"] = self_digest(manifest)
     path.write_bytes(encode_json(manifest))
     report = arc.verify()
@@ -161,18 +165,23 @@ def test_verify_names_a_boot_sealed_without_an_expected_file(arc):
     assert report.problems[0].message.startswith("sealed without receipts/post_share-rank1.json")
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ranks=st.integers(1, 4), data=st.data())
-def test_any_order_of_adds_and_seal_attempts_seals_once_when_complete(tmp_path_factory, ranks,
-                                                                      data):
+def test_any_order_of_adds_and_seal_attempts_seals_once_when_complete(
+    tmp_path_factory, ranks, data
+):
     # A model of the ranks' calls in any order: seal_if_complete seals exactly when the last
     # expected file is in and nobody sealed yet; seal() refuses until then; nothing seals twice.
     arc = Archive(tmp_path_factory.mktemp("archive"))
     expected = expected_for(ranks)
     handles = [arc.join_boot("tp-launch", expected_files=expected) for _ in range(ranks)]
-    steps = ([("add", name) for name in expected] + [("try", r) for r in range(ranks)] * 2
-             + [("seal", data.draw(st.integers(0, ranks - 1)))])
+    steps = (
+        [("add", name) for name in expected]
+        + [("try", r) for r in range(ranks)] * 2
+        + [("seal", data.draw(st.integers(0, ranks - 1)))]
+    )
     present, seals = set(), 0
     for kind, what in data.draw(st.permutations(steps)):
         if kind == "add":
@@ -240,11 +249,18 @@ def test_cli_shows_how_many_expected_files_are_there(arc, capsys):
     code, out, _ = cli(capsys, "show", "tp-done", "--root", arc.root, "--json")
     assert json.loads(out)["boot"]["expected_missing"] == []
     code, out, _ = cli(capsys, "verify", "--root", arc.root)
-    assert code == 0 and (f"incomplete: {waiting.name} (no MANIFEST.json; listed, never hidden; "
-                          f"expected 2/4 files present, missing: {missing})") in out
+    assert (
+        code == 0
+        and (
+            f"incomplete: {waiting.name} (no MANIFEST.json; listed, never hidden; "
+            f"expected 2/4 files present, missing: {missing})"
+        )
+        in out
+    )
     code, out, _ = cli(capsys, "verify", "--root", arc.root, "--json")
-    assert json.loads(out)["expected"] == {waiting.name: {"present": sorted(rank_files(1)),
-                                                          "missing": sorted(rank_files(0))}}
+    assert json.loads(out)["expected"] == {
+        waiting.name: {"present": sorted(rank_files(1)), "missing": sorted(rank_files(0))}
+    }
 
 
 def test_two_multi_rank_boots_diff_rank_by_rank(arc):
@@ -261,8 +277,14 @@ def test_two_multi_rank_boots_diff_rank_by_rank(arc):
     assert sorted(by_path) == ["receipts/post_share-rank0.json", "receipts/post_share-rank1.json"]
     assert by_path["receipts/post_share-rank0.json"]["changes"] == []
     assert by_path["receipts/post_share-rank1.json"]["changes"] == [
-        {"key": "head_method", "a": "Fp8PerTensorOnlineLinearMethod",
-         "b": "UnquantizedLinearMethod", "in_a": True, "in_b": True}]
+        {
+            "key": "head_method",
+            "a": "Fp8PerTensorOnlineLinearMethod",
+            "b": "UnquantizedLinearMethod",
+            "in_a": True,
+            "in_b": True,
+        }
+    ]
 
 
 # --------------------------------------------------------------------- real processes
@@ -287,9 +309,12 @@ def test_ranks_racing_in_processes_make_one_boot_sealed_once(tmp_path):
     arc = Archive(tmp_path / "archive")
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(ranks), ctx.Queue()
-    procs = [ctx.Process(target=_rank_worker,
-                         args=(str(arc.root), rank, ranks, rounds, barrier, results))
-             for rank in range(ranks)]
+    procs = [
+        ctx.Process(
+            target=_rank_worker, args=(str(arc.root), rank, ranks, rounds, barrier, results)
+        )
+        for rank in range(ranks)
+    ]
     for proc in procs:
         proc.start()
     rows = []
@@ -339,8 +364,12 @@ def rank_script(tmp_path):
 
 
 def start_rank(script, root, launch, rank, ranks):
-    proc = subprocess.Popen([sys.executable, str(script), str(root), launch, str(rank), str(ranks)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(root), launch, str(rank), str(ranks)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline().split()
     assert line[0] == "joined", line
     return proc, line[1]
@@ -354,8 +383,9 @@ def go(proc):
 def test_a_rank_killed_before_it_writes_leaves_an_incomplete_boot(arc, rank_script, capsys):
     earlier = arc.begin_boot()
     earlier.seal()
-    (r0, name0), (r1, name1) = (start_rank(rank_script, arc.root, "tp-crash", r, 2)
-                                for r in range(2))
+    (r0, name0), (r1, name1) = (
+        start_rank(rank_script, arc.root, "tp-crash", r, 2) for r in range(2)
+    )
     assert name0 == name1
     r1.send_signal(signal.SIGKILL)
     assert r1.wait(timeout=30) == -signal.SIGKILL
@@ -365,8 +395,10 @@ def test_a_rank_killed_before_it_writes_leaves_an_incomplete_boot(arc, rank_scri
     assert boot.status == "incomplete" and not (boot.path / "MANIFEST.json").exists()
     report = arc.verify()
     assert report.ok and report.incomplete == [boot.name] and report.chain == [earlier.name]
-    assert report.expected[boot.name] == {"present": sorted(rank_files(0)),
-                                          "missing": sorted(rank_files(1))}
+    assert report.expected[boot.name] == {
+        "present": sorted(rank_files(0)),
+        "missing": sorted(rank_files(1)),
+    }
     with pytest.raises(BootIncompleteError):
         boot.seal()
     later = arc.begin_boot()

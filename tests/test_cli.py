@@ -18,8 +18,13 @@ FAIL_CASES = sorted(FIXTURES.glob("*_fail.json"))
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "draft_head_fp8.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "draft_head_fp8.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
@@ -49,10 +54,13 @@ def test_check_eligible_exits_0(pairs):
     assert "0.25 MiB -> 0.13 MiB" in proc.stdout  # 64 x 2048 BF16 vs FP8 + scale
 
 
-@pytest.mark.parametrize("kind, reason", [
-    ("ordered", "ordered embeddings bypass LogitsProcessor.quant_method.apply"),
-    ("untied", "untied draft embedding/head is outside this alias-safe prototype"),
-])
+@pytest.mark.parametrize(
+    "kind, reason",
+    [
+        ("ordered", "ordered embeddings bypass LogitsProcessor.quant_method.apply"),
+        ("untied", "untied draft embedding/head is outside this alias-safe prototype"),
+    ],
+)
 def test_check_refused_exits_3_with_the_exact_reason(pairs, kind, reason):
     proc = cli("check", str(pairs[kind].assistant), "--json")
     assert proc.returncode == 3
@@ -79,7 +87,9 @@ def test_check_fp16_serving_is_predicted_to_fail_the_receipt(pairs, tmp_path):
     proc = cli("check", str(pairs["dense"].assistant), "--target", str(target), "--json")
     assert proc.returncode == 3
     report = json.loads(proc.stdout)
-    assert report["policy_reason"] == "custom FP8 head requires head dtype aligned with hidden dtype"
+    assert (
+        report["policy_reason"] == "custom FP8 head requires head dtype aligned with hidden dtype"
+    )
 
 
 def test_check_missing_folder_exits_2(tmp_path):
@@ -151,7 +161,9 @@ def test_receipt_show_prints_every_key_and_every_check():
 def test_receipt_show_marks_the_failing_check():
     proc = cli("receipt", "show", str(FIXTURES / "target-head-on-fp8_fail.json"))
     assert proc.returncode == 0
-    assert "FAIL  target head not FP8  (target LM head was routed to draft FP8 method)" in proc.stdout
+    assert (
+        "FAIL  target head not FP8  (target LM head was routed to draft FP8 method)" in proc.stdout
+    )
 
 
 def test_receipt_show_not_json_exits_2():
@@ -188,11 +200,24 @@ def test_archive_empty_and_missing(tmp_path):
     one_line_error(missing)
 
 
-@pytest.mark.parametrize("command", [
-    [], ["demo"], ["check"], ["receipt"], ["receipt", "validate"], ["receipt", "show"], ["tiny-models"],
-    ["archive"], ["archive", "list"], ["archive", "show"], ["archive", "verify"], ["archive", "diff"],
-    ["archive", "prune"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["demo"],
+        ["check"],
+        ["receipt"],
+        ["receipt", "validate"],
+        ["receipt", "show"],
+        ["tiny-models"],
+        ["archive"],
+        ["archive", "list"],
+        ["archive", "show"],
+        ["archive", "verify"],
+        ["archive", "diff"],
+        ["archive", "prune"],
+    ],
+)
 def test_every_command_has_help_with_an_example(command):
     proc = cli(*command, "--help")
     assert proc.returncode == 0

@@ -51,7 +51,9 @@ def flag_on_run(pairs, tmp_path_factory):
 
 def _without_pointers(receipt):
     return {
-        key: {k: v for k, v in value.items() if k != "data_ptr"} if isinstance(value, dict) else value
+        key: {k: v for k, v in value.items() if k != "data_ptr"}
+        if isinstance(value, dict)
+        else value
         for key, value in receipt.items()
     }
 
@@ -80,7 +82,10 @@ def test_flag_off_is_stock_vllm(pairs, flag_off_run, tmp_path):
     )
     # The plugin was loaded (it is installed) but did nothing: no module, no hook, no file.
     assert off["after_start"]["plugin_modules"] == []
-    assert off["after_start"]["module_registration_hooks"] == stock["after_start"]["module_registration_hooks"]
+    assert (
+        off["after_start"]["module_registration_hooks"]
+        == stock["after_start"]["module_registration_hooks"]
+    )
     assert not archive.exists()
     assert tree(tmp / "state") == []
     assert tree(tmp / "home") == []
@@ -135,7 +140,11 @@ def test_flag_on_serves_an_fp8_draft_head_and_proves_it(pairs, flag_off_run, fla
     assert schemas.errors("diagnostics-v1", diagnostics) == []
     head = diagnostics["head"]
     assert head["provenance_verified"] is True
-    assert head["source_sha256"] == head["checkpoint"]["sha256"] == tensor_bytes_sha256(pair.assistant)["sha256"]
+    assert (
+        head["source_sha256"]
+        == head["checkpoint"]["sha256"]
+        == tensor_bytes_sha256(pair.assistant)["sha256"]
+    )
     assert diagnostics["validation"] == {"passed": True, "reason": None}
     assert Archive(archive).verify().ok
 

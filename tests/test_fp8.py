@@ -49,7 +49,9 @@ def test_every_e5m2_byte():
 
 
 @pytest.mark.parametrize("shape", [(0,), (0, 5), (1,), (7,), (33, 17)])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.float8_e4m3fn])
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.float8_e4m3fn]
+)
 def test_clean_tensors_are_finite(shape, dtype):
     t = torch.randn(shape).clamp(-100, 100).to(dtype)
     assert is_finite(t) is True
@@ -68,8 +70,12 @@ def test_complex():
     assert is_finite(t) is False
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided", "sliced_rows", "expanded", "permuted3d"])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize(
+    "layout", ["contiguous", "transposed", "strided", "sliced_rows", "expanded", "permuted3d"]
+)
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2]
+)
 def test_layouts_against_reference(layout, dtype, monkeypatch):
     # Small chunks, so that every layout goes through several pieces.
     monkeypatch.setattr(fp8, "CHUNK_ELEMENTS", 97)
@@ -176,12 +182,16 @@ def _clear_refs_works():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
-@pytest.mark.skipif(not _clear_refs_works(), reason="VmHWM cannot be reset here (/proc/self/clear_refs)")
+@pytest.mark.skipif(
+    not _clear_refs_works(), reason="VmHWM cannot be reset here (/proc/self/clear_refs)"
+)
 def test_finiteness_check_memory_is_bounded(tmp_path):
     script = tmp_path / "probe.py"
     script.write_text(MEMORY_PROBE)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=240)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=240
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     for name, got in results.items():
@@ -234,7 +244,7 @@ def test_quantize_per_tensor_values():
     assert float(q.weight[17, 3].float()) == -FP8_E4M3_MAX  # the amax maps to -448 exactly
     deq = q.weight.float() * q.scale
     rel = (deq - w.float()).abs().max() / amax
-    assert rel < 2 ** -3  # e4m3: 3 mantissa bits
+    assert rel < 2**-3  # e4m3: 3 mantissa bits
     reference = (w.float() / q.scale).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
     assert torch.equal(q.weight.view(torch.uint8), reference.view(torch.uint8))
     assert is_finite(q.weight) and is_positive_scalar(q.scale)
@@ -278,6 +288,12 @@ def test_tensor_sha256():
     t = torch.randn(40, 8).to(torch.bfloat16)
     expected = hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
     assert tensor_sha256(t) == expected
-    assert tensor_sha256(t, rows=5) == hashlib.sha256(t[:5].view(torch.uint8).numpy().tobytes()).hexdigest()
+    assert (
+        tensor_sha256(t, rows=5)
+        == hashlib.sha256(t[:5].view(torch.uint8).numpy().tobytes()).hexdigest()
+    )
     tt = t.t()
-    assert tensor_sha256(tt) == hashlib.sha256(tt.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    assert (
+        tensor_sha256(tt)
+        == hashlib.sha256(tt.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    )

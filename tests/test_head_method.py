@@ -34,9 +34,15 @@ def method_with(checkpoint_sha256):
     method.vllm_default_kernel = "CPUFp8PerTensorScaledMMLinearKernel"
     method.diagnostics = {}
     method.checkpoint_source = (
-        None if checkpoint_sha256 is None
-        else lambda: {"file": "model.safetensors", "tensor": "model.embed_tokens.weight", "dtype": "BF16",
-                      "shape": [VOCAB, HIDDEN], "sha256": checkpoint_sha256}
+        None
+        if checkpoint_sha256 is None
+        else lambda: {
+            "file": "model.safetensors",
+            "tensor": "model.embed_tokens.weight",
+            "dtype": "BF16",
+            "shape": [VOCAB, HIDDEN],
+            "sha256": checkpoint_sha256,
+        }
     )
     return method
 
@@ -44,7 +50,9 @@ def method_with(checkpoint_sha256):
 def tied_head(seed=0):
     embed = nn.Embedding(VOCAB, HIDDEN, dtype=torch.bfloat16)
     with torch.no_grad():
-        embed.weight.copy_(torch.randn(VOCAB, HIDDEN, generator=torch.Generator().manual_seed(seed)) * 0.05)
+        embed.weight.copy_(
+            torch.randn(VOCAB, HIDDEN, generator=torch.Generator().manual_seed(seed)) * 0.05
+        )
     head = nn.Module()
     head.weight = embed.weight  # the tie vLLM makes
     head.org_vocab_size = VOCAB
@@ -63,7 +71,9 @@ def test_matching_checkpoint_gives_a_private_fp8_copy_and_leaves_the_source_alon
     assert method.fp8_linear.processed == [(torch.float8_e4m3fn, (HIDDEN, VOCAB))]
     d = method.diagnostics
     assert d["provenance_verified"] and d["source_sha256"] == d["checkpoint"]["sha256"] == before
-    assert d["scale"] == pytest.approx(float(embed.weight.detach().float().abs().max() / 448), rel=1e-7)
+    assert d["scale"] == pytest.approx(
+        float(embed.weight.detach().float().abs().max() / 448), rel=1e-7
+    )
     # A second call (vLLM may call it again) is a no-op.
     weight = head.weight
     method.process_weights_after_loading(head)
@@ -92,7 +102,9 @@ def test_nan_in_the_head_is_refused():
 
 def test_unloaded_meta_weight_is_refused():
     head = nn.Module()
-    head.weight = nn.Parameter(torch.empty(VOCAB, HIDDEN, dtype=torch.bfloat16, device="meta"), requires_grad=False)
+    head.weight = nn.Parameter(
+        torch.empty(VOCAB, HIDDEN, dtype=torch.bfloat16, device="meta"), requires_grad=False
+    )
     with pytest.raises(HeadFp8EligibilityError, match="never loaded"):
         method_with(None).process_weights_after_loading(head)
 
@@ -101,11 +113,16 @@ def test_without_a_checkpoint_source_provenance_is_reported_unverified():
     embed, head = tied_head()
     method = method_with(None)
     method.process_weights_after_loading(head)
-    assert method.diagnostics["provenance_verified"] is False and method.diagnostics["checkpoint"] is None
+    assert (
+        method.diagnostics["provenance_verified"] is False
+        and method.diagnostics["checkpoint"] is None
+    )
 
 
 def test_layout_keeping_kernels_exist_in_this_vllm():
     from vllm.model_executor.kernels.linear import _POSSIBLE_FP8_KERNELS
 
     known = {k.__name__ for kernels in _POSSIBLE_FP8_KERNELS.values() for k in kernels}
-    assert LAYOUT_KEEPING_KERNELS <= known  # a rename in vLLM must fail here, not silently shrink the set
+    assert (
+        LAYOUT_KEEPING_KERNELS <= known
+    )  # a rename in vLLM must fail here, not silently shrink the set

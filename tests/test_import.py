@@ -33,7 +33,9 @@ def _heavy_modules_after(code):
         "import json, sys\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm'))))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -93,8 +95,14 @@ def test_from_import_star():
 )
 def test_keyword_only_where_the_overlay_had_it(name, positional):
     params = inspect.signature(getattr(draft_head_fp8, name)).parameters.values()
-    assert [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD] == positional
-    assert not [p for p in params if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY)]
+    assert [
+        p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ] == positional
+    assert not [
+        p
+        for p in params
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY)
+    ]
 
 
 def test_signatures_follow_the_spec():
@@ -112,12 +120,24 @@ def test_signatures_follow_the_spec():
         "parallel_lm_head_type",
         "parallel_lm_head_class",
     ]
-    for optional in ("head_dtype", "model_dtype", "parallel_lm_head_type", "parallel_lm_head_class"):
+    for optional in (
+        "head_dtype",
+        "model_dtype",
+        "parallel_lm_head_type",
+        "parallel_lm_head_class",
+    ):
         assert sig.parameters[optional].default is None
     select = inspect.signature(draft_head_fp8.select_draft_head_method)
     assert list(select.parameters) == list(sig.parameters) + ["method_factory"]
     assert select.parameters["method_factory"].default is None
     receipt = inspect.signature(draft_head_fp8.make_runtime_receipt)
-    assert list(receipt.parameters) == ["head", "draft_model", "target_model", "decision", "phase", "target_lm_head"]
+    assert list(receipt.parameters) == [
+        "head",
+        "draft_model",
+        "target_model",
+        "decision",
+        "phase",
+        "target_lm_head",
+    ]
     assert receipt.parameters["target_lm_head"].default is None
     assert inspect.signature(draft_head_fp8.env_enabled).parameters["environ"].default is None

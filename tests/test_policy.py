@@ -41,7 +41,9 @@ def online_spec_reason(spec):
 
 def quant(linear=EXPECTED_ONLINE_SPEC):
     """A duck-typed quant config shaped like vLLM's: .online_quantization_config.args.linear."""
-    return SimpleNamespace(online_quantization_config=SimpleNamespace(args=SimpleNamespace(linear=linear)))
+    return SimpleNamespace(
+        online_quantization_config=SimpleNamespace(args=SimpleNamespace(linear=linear))
+    )
 
 
 # A class that passes the name/module test without vLLM: vLLM-independent LM-head stand-in.
@@ -159,7 +161,9 @@ def test_eligibility_is_a_frozen_dataclass_with_spec_field_order():
     decision = eligibility(**base_kwargs())
     with pytest.raises(dataclasses.FrozenInstanceError):
         decision.eligible = False  # type: ignore[misc]
-    positional = Eligibility(True, True, "eligible", "draft", "lm_head", False, True, EXPECTED_ONLINE_SPEC)
+    positional = Eligibility(
+        True, True, "eligible", "draft", "lm_head", False, True, EXPECTED_ONLINE_SPEC
+    )
     assert positional == decision.__class__(**{**dataclasses.asdict(decision), "prefix": "lm_head"})
 
 
@@ -298,7 +302,12 @@ class Linear:
         (quant(7), "7"),
         (quant(None), None),
         # online config without args: its own .linear
-        (SimpleNamespace(online_quantization_config=SimpleNamespace(linear="fp8_per_tensor_static")), "fp8_per_tensor_static"),
+        (
+            SimpleNamespace(
+                online_quantization_config=SimpleNamespace(linear="fp8_per_tensor_static")
+            ),
+            "fp8_per_tensor_static",
+        ),
         # online config None, quant_config itself has args: use it
         (SimpleNamespace(online_quantization_config=None, args=SimpleNamespace(linear="a")), "a"),
         # no online config attribute at all, but args
@@ -370,7 +379,14 @@ def test_layer_none_class_with_type(cls, typ, ok):
     "cls, ok",
     [
         (FakeNamedHead, True),
-        (type("ParallelLMHead", (), {"__module__": "vllm.model_executor.layers.vocab_parallel_embedding"}), True),
+        (
+            type(
+                "ParallelLMHead",
+                (),
+                {"__module__": "vllm.model_executor.layers.vocab_parallel_embedding"},
+            ),
+            True,
+        ),
         (type("ParallelLMHead", (), {"__module__": "vocab_parallel_embedding"}), True),
         (type("ParallelLMHead", (), {"__module__": "elsewhere.heads"}), False),
         (type("ParallelLMHead", (), {"__module__": "vocab_parallel_embedding.sub"}), False),
@@ -380,7 +396,9 @@ def test_layer_none_class_with_type(cls, typ, ok):
     ],
 )
 def test_layer_none_class_without_type_uses_name_and_module(cls, ok):
-    decision = eligibility(**base_kwargs(layer=None, parallel_lm_head_class=cls, parallel_lm_head_type=None))
+    decision = eligibility(
+        **base_kwargs(layer=None, parallel_lm_head_class=cls, parallel_lm_head_type=None)
+    )
     assert decision.reason == ("eligible" if ok else "layer is not ParallelLMHead")
 
 
@@ -438,7 +456,9 @@ def test_real_vllm_parallel_lm_head_without_type(vllm_head_cls):
         def __init__(self):  # never calls vLLM's constructor
             pass
 
-    assert eligibility(**base_kwargs(layer=DrafterHead(), parallel_lm_head_type=None)).eligible is True
+    assert (
+        eligibility(**base_kwargs(layer=DrafterHead(), parallel_lm_head_type=None)).eligible is True
+    )
 
 
 def test_real_vllm_refuses_lookalikes_when_vllm_imports(vllm_head_cls):
@@ -452,14 +472,22 @@ def test_real_vllm_refuses_lookalikes_when_vllm_imports(vllm_head_cls):
 
 def test_real_vllm_class_as_parallel_lm_head_class(vllm_head_cls):
     assert vllm_head_cls.__module__.endswith("vocab_parallel_embedding")
-    decision = eligibility(**base_kwargs(layer=None, parallel_lm_head_class=vllm_head_cls, parallel_lm_head_type=None))
-    assert decision.eligible is True
     decision = eligibility(
-        **base_kwargs(layer=None, parallel_lm_head_class=vllm_head_cls, parallel_lm_head_type=vllm_head_cls)
+        **base_kwargs(layer=None, parallel_lm_head_class=vllm_head_cls, parallel_lm_head_type=None)
     )
     assert decision.eligible is True
     decision = eligibility(
-        **base_kwargs(layer=None, parallel_lm_head_class=vllm_head_cls.__mro__[1], parallel_lm_head_type=vllm_head_cls)
+        **base_kwargs(
+            layer=None, parallel_lm_head_class=vllm_head_cls, parallel_lm_head_type=vllm_head_cls
+        )
+    )
+    assert decision.eligible is True
+    decision = eligibility(
+        **base_kwargs(
+            layer=None,
+            parallel_lm_head_class=vllm_head_cls.__mro__[1],
+            parallel_lm_head_type=vllm_head_cls,
+        )
     )
     assert decision.reason == "layer is not ParallelLMHead"
 
@@ -469,7 +497,9 @@ def test_real_vllm_online_config_per_tensor(vllm_online_config, vllm_head_cls):
     assert str(online.args.linear) == "fp8_per_tensor_static"
     layer = object.__new__(vllm_head_cls)
     for quant_config in (online, SimpleNamespace(online_quantization_config=online)):
-        decision = eligibility(**base_kwargs(layer=layer, quant_config=quant_config, parallel_lm_head_type=None))
+        decision = eligibility(
+            **base_kwargs(layer=layer, quant_config=quant_config, parallel_lm_head_type=None)
+        )
         assert decision.quant_spec == "fp8_per_tensor_static"
         assert decision.eligible is True
 
@@ -477,11 +507,15 @@ def test_real_vllm_online_config_per_tensor(vllm_online_config, vllm_head_cls):
 def test_real_vllm_online_config_per_block_is_refused(vllm_online_config, vllm_head_cls):
     online = vllm_online_config("fp8_per_block")
     layer = object.__new__(vllm_head_cls)
-    decision = eligibility(**base_kwargs(layer=layer, quant_config=online, parallel_lm_head_type=None))
+    decision = eligibility(
+        **base_kwargs(layer=layer, quant_config=online, parallel_lm_head_type=None)
+    )
     assert decision.quant_spec == "fp8_per_block_static"
     assert decision.reason == "online spec 'fp8_per_block_static' is not 'fp8_per_tensor_static'"
     with pytest.raises(HeadFp8EligibilityError) as info:
-        select_draft_head_method(**base_kwargs(layer=layer, quant_config=online, parallel_lm_head_type=None))
+        select_draft_head_method(
+            **base_kwargs(layer=layer, quant_config=online, parallel_lm_head_type=None)
+        )
     assert str(info.value) == "online spec 'fp8_per_block_static' is not 'fp8_per_tensor_static'"
 
 
@@ -526,7 +560,10 @@ def test_select_raises_for_head_given_by_class():
     with pytest.raises(HeadFp8EligibilityError, match="^ordered embeddings"):
         select_draft_head_method(
             **base_kwargs(
-                layer=None, parallel_lm_head_class=FakeNamedHead, parallel_lm_head_type=None, ordered_embeddings=True
+                layer=None,
+                parallel_lm_head_class=FakeNamedHead,
+                parallel_lm_head_type=None,
+                ordered_embeddings=True,
             )
         )
 

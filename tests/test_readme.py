@@ -18,14 +18,25 @@ from draft_head_fp8.tiny import build_tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-COMMANDS = re.findall(r"^\$ (.+)$", "\n".join(re.findall(r"```console\n(.*?)```", README, re.S)), re.M)
+COMMANDS = re.findall(
+    r"^\$ (.+)$", "\n".join(re.findall(r"```console\n(.*?)```", README, re.S)), re.M
+)
 BIN = Path(sys.executable).parent
 
 
-def shell(command: str, *, cwd: Path, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+def shell(
+    command: str, *, cwd: Path, env: dict | None = None, timeout: int = 900
+) -> subprocess.CompletedProcess:
     full_env = dict(env or os.environ)
     full_env["PATH"] = f"{BIN}{os.pathsep}{full_env.get('PATH', '')}"
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def commands(prefix: str) -> list[str]:
@@ -33,9 +44,16 @@ def commands(prefix: str) -> list[str]:
 
 
 def test_every_readme_command_is_covered_below():
-    groups = ["make ", "draft-head-fp8 check <assistant>", "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8=1 vllm serve",
-              "draft-head-fp8 receipt ", "draft-head-fp8 archive ", "draft-head-fp8 tiny-models ",
-              "draft-head-fp8 check pair", "draft-head-fp8 check refused"]
+    groups = [
+        "make ",
+        "draft-head-fp8 check <assistant>",
+        "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8=1 vllm serve",
+        "draft-head-fp8 receipt ",
+        "draft-head-fp8 archive ",
+        "draft-head-fp8 tiny-models ",
+        "draft-head-fp8 check pair",
+        "draft-head-fp8 check refused",
+    ]
     uncovered = [c for c in COMMANDS if not any(c.startswith(g) for g in groups)]
     assert COMMANDS and uncovered == []
 
@@ -43,8 +61,13 @@ def test_every_readme_command_is_covered_below():
 def make_dry_run(target: str) -> str:
     """The last command ``make TARGET`` would run (as if typed at a prompt, not from inside make)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
-    out = subprocess.run(["make", "--no-print-directory", "-n", target], cwd=ROOT, env=env,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["make", "--no-print-directory", "-n", target],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout
     return out.strip().splitlines()[-1].strip()
 
 
@@ -63,7 +86,11 @@ def test_receipt_commands_run_as_written():
 
 def test_walkthrough_runs_as_written(tmp_path):
     expected = {"draft-head-fp8 check refused/assistant": 3}
-    walkthrough = commands("draft-head-fp8 tiny-models ") + commands("draft-head-fp8 check pair") + commands("draft-head-fp8 check refused")
+    walkthrough = (
+        commands("draft-head-fp8 tiny-models ")
+        + commands("draft-head-fp8 check pair")
+        + commands("draft-head-fp8 check refused")
+    )
     assert len(walkthrough) == 4
     for command in sorted(walkthrough, key=COMMANDS.index):
         proc = shell(command, cwd=tmp_path)
@@ -73,7 +100,9 @@ def test_walkthrough_runs_as_written(tmp_path):
 def test_check_with_placeholders(tmp_path):
     pair = build_tiny_pair(tmp_path / "pair")
     (command,) = commands("draft-head-fp8 check <assistant>")
-    command = command.replace("<assistant>", str(pair.assistant)).replace("<target>", str(pair.target))
+    command = command.replace("<assistant>", str(pair.assistant)).replace(
+        "<target>", str(pair.target)
+    )
     proc = shell(command, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "eligible" in proc.stdout
@@ -84,8 +113,12 @@ def test_demo_and_the_archive_commands(tmp_path):
     """`make demo` runs `draft-head-fp8 demo` (checked above); run that, with --json, as CI would."""
     cache, out = tmp_path / "cache", tmp_path / "demo.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "DRAFT_HEAD_FP8_"))}
-    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CACHE_HOME=str(tmp_path / "xdg-cache"),
-               HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path))
+    env.update(
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CACHE_HOME=str(tmp_path / "xdg-cache"),
+        HOME=str(tmp_path / "home"),
+        TMPDIR=str(tmp_path),
+    )
     proc = shell(f"draft-head-fp8 demo --cache {cache} --json {out}", cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "[1/4]" in proc.stderr and "[4/4]" in proc.stderr  # progress while it works
@@ -103,10 +136,18 @@ def test_demo_and_the_archive_commands(tmp_path):
     # half the bytes, plus a 4-byte scale
     assert head_bytes(on) * 2 - 8 == head_bytes(off) == 2 * off["head_weight"]["numel"]
     assert facts["archive"]["verify_ok"] is True
-    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*"))  # no surprise disk use
+    assert not (tmp_path / "state").exists() or not any(
+        (tmp_path / "state").rglob("*")
+    )  # no surprise disk use
     # The printed report names what it compares and each check.
-    for text in ("flag off (BF16 draft head)", "flag on (FP8 draft head)", "draft acceptance",
-                 "final texts identical: yes", "pass  target head unquantized", "<- this run"):
+    for text in (
+        "flag off (BF16 draft head)",
+        "flag on (FP8 draft head)",
+        "draft acceptance",
+        "final texts identical: yes",
+        "pass  target head unquantized",
+        "<- this run",
+    ):
         assert text in proc.stdout
 
     # The README's archive commands, against the archive the demo wrote, through the documented env.

@@ -127,7 +127,11 @@ def build(seed=0):
 
 def receipt_of(state, **kwargs):
     args = dict(
-        head=state.head, draft_model=state.draft, target_model=state.target, decision=decision(), phase="post_share"
+        head=state.head,
+        draft_model=state.draft,
+        target_model=state.target,
+        decision=decision(),
+        phase="post_share",
     )
     args.update(kwargs)
     return make_runtime_receipt(**args)
@@ -189,19 +193,33 @@ def test_receipt_values():
         "positive_scalar": True,
         "data_ptr": s.data_ptr(),
     }
-    embed_snapshot = {"dtype": "torch.bfloat16", "shape": [V, H], "device": "cpu", "numel": V * H, "data_ptr": e.data_ptr()}
+    embed_snapshot = {
+        "dtype": "torch.bfloat16",
+        "shape": [V, H],
+        "device": "cpu",
+        "numel": V * H,
+        "data_ptr": e.data_ptr(),
+    }
     # no finiteness for the embeddings
     assert r["draft_embed"] == r["target_embed"] == r["target_lm_head_weight"] == embed_snapshot
     assert r["head_weight_is_draft_embed"] is False
     assert r["head_weight_is_target_embed"] is False
     assert r["draft_embed_weight_is_target_embed"] is True
-    assert r["draft_embedding_method"] == r["target_embedding_method"] == "UnquantizedEmbeddingMethod"
+    assert (
+        r["draft_embedding_method"] == r["target_embedding_method"] == "UnquantizedEmbeddingMethod"
+    )
     assert r["target_lm_head_method"] == "UnquantizedEmbeddingMethod"
 
 
 def test_decision_fields_are_copied():
     state = build()
-    d = decision(enabled=False, prefix="x.lm_head", quant_config=None, ordered_embeddings=True, tie_word_embeddings=False)
+    d = decision(
+        enabled=False,
+        prefix="x.lm_head",
+        quant_config=None,
+        ordered_embeddings=True,
+        tie_word_embeddings=False,
+    )
     r = receipt_of(state, decision=d, phase="pre_share")
     assert r["phase"] == "pre_share"
     assert r["eligible"] is False
@@ -225,7 +243,9 @@ def test_nan_byte_in_fp8_weight_is_not_finite(byte, where):
     raw = state.q.weight.view(torch.uint8).view(-1)  # the contiguous [vocab, hidden] storage
     index = {"start": 0, "middle": raw.numel() // 2 + 3, "end": raw.numel() - 1}[where]
     raw[index] = byte
-    assert torch.isnan(state.head.weight.float()).sum() == 1  # the head sees it ([hidden, vocab] view)
+    assert (
+        torch.isnan(state.head.weight.float()).sum() == 1
+    )  # the head sees it ([hidden, vocab] view)
     r = receipt_of(state)
     assert r["head_weight"]["finite"] is False
     assert refusal(r) == "head FP8 weight/scale is not finite"
@@ -278,14 +298,26 @@ def test_finite_attribute_is_honoured_and_unreadable_gives_none():
     assert tensor_snapshot(t_with_attr, finite=True)["finite"] is True
     odd = SimpleNamespace(dtype="torch.float32", shape=[2])  # no numel(): the check cannot run
     snap = tensor_snapshot(odd, finite=True, positive_scalar=True)
-    assert snap == {"dtype": "torch.float32", "shape": [2], "device": None, "finite": None, "positive_scalar": None}
+    assert snap == {
+        "dtype": "torch.float32",
+        "shape": [2],
+        "device": None,
+        "finite": None,
+        "positive_scalar": None,
+    }
 
 
 def test_snapshot_of_none_and_without_finite():
     assert tensor_snapshot(None, finite=True, positive_scalar=True) is None
     t = torch.zeros(3, 2)
     snap = tensor_snapshot(t)
-    assert snap == {"dtype": "torch.float32", "shape": [3, 2], "device": "cpu", "numel": 6, "data_ptr": t.data_ptr()}
+    assert snap == {
+        "dtype": "torch.float32",
+        "shape": [3, 2],
+        "device": "cpu",
+        "numel": 6,
+        "data_ptr": t.data_ptr(),
+    }
 
 
 # ---------------------------------------------------------------- the scale
@@ -324,15 +356,23 @@ def test_positive_scalar(scale, positive):
 )
 def test_bad_scale_in_receipt(values, message):
     state = build()
-    state.head.weight_scale = nn.Parameter(torch.tensor(values, dtype=torch.float32), requires_grad=False)
+    state.head.weight_scale = nn.Parameter(
+        torch.tensor(values, dtype=torch.float32), requires_grad=False
+    )
     r = receipt_of(state)
     assert r["head_weight_scale"]["positive_scalar"] is False
     assert refusal(r) == message
 
 
 def test_positive_attribute_is_honoured():
-    assert tensor_snapshot(SimpleNamespace(positive=1), positive_scalar=True)["positive_scalar"] is True
-    assert tensor_snapshot(SimpleNamespace(positive=None), positive_scalar=True)["positive_scalar"] is False
+    assert (
+        tensor_snapshot(SimpleNamespace(positive=1), positive_scalar=True)["positive_scalar"]
+        is True
+    )
+    assert (
+        tensor_snapshot(SimpleNamespace(positive=None), positive_scalar=True)["positive_scalar"]
+        is False
+    )
 
 
 def test_tensor_methods_are_not_recorded_facts():
@@ -341,7 +381,9 @@ def test_tensor_methods_are_not_recorded_facts():
     assert callable(zero.positive)
     assert tensor_snapshot(zero, positive_scalar=True)["positive_scalar"] is False
     zero_param = nn.Parameter(torch.tensor([0.0]), requires_grad=False)
-    assert tensor_snapshot(zero_param, finite=True, positive_scalar=True)["positive_scalar"] is False
+    assert (
+        tensor_snapshot(zero_param, finite=True, positive_scalar=True)["positive_scalar"] is False
+    )
 
 
 # ---------------------------------------------------------------- aliasing by identity
@@ -386,7 +428,9 @@ def test_clone_of_the_embedding_is_not_an_alias():
     assert refusal(r) == "draft input embedding was not shared with target"
     # A head holding an equal-valued copy of an embedding is not an alias either.
     state = build()
-    state.head.weight = nn.Parameter(state.target_embed.weight.detach().clone(), requires_grad=False)
+    state.head.weight = nn.Parameter(
+        state.target_embed.weight.detach().clone(), requires_grad=False
+    )
     r = receipt_of(state)
     assert (r["head_weight_is_draft_embed"], r["head_weight_is_target_embed"]) == (False, False)
 
@@ -424,7 +468,11 @@ def test_method_without_kernel():
     state = build()
     state.head.quant_method = SimpleNamespace()
     r = receipt_of(state)
-    assert (r["head_method"], r["head_method_module"], r["head_kernel"]) == ("SimpleNamespace", "types", None)
+    assert (r["head_method"], r["head_method_module"], r["head_kernel"]) == (
+        "SimpleNamespace",
+        "types",
+        None,
+    )
 
 
 # ---------------------------------------------------------------- where things are found
@@ -437,7 +485,9 @@ def test_get_language_model_is_honoured():
     state.target.model = nn.Module()
     state.target.model.embed_tokens = decoy
     state.target.lm_head = nn.Module()
-    state.target.lm_head.weight = nn.Parameter(torch.zeros(2, dtype=torch.float8_e4m3fn), requires_grad=False)
+    state.target.lm_head.weight = nn.Parameter(
+        torch.zeros(2, dtype=torch.float8_e4m3fn), requires_grad=False
+    )
     r = receipt_of(state)
     assert r["target_embed"]["data_ptr"] == state.target_embed.weight.data_ptr()
     assert r["target_lm_head_weight"]["dtype"] == "torch.bfloat16"
@@ -491,7 +541,10 @@ def test_target_lm_head_argument_overrides():
     assert r["target_lm_head_method"] == "Fp8LinearMethod"
     assert refusal(r) == "target LM head is not BF16"
     explicit.quant_method = Fp8PerTensorOnlineLinearMethod()
-    assert refusal(receipt_of(state, target_lm_head=explicit)) == "target LM head was routed to draft FP8 method"
+    assert (
+        refusal(receipt_of(state, target_lm_head=explicit))
+        == "target LM head was routed to draft FP8 method"
+    )
 
 
 # ---------------------------------------------------------------- config dimensions
@@ -516,7 +569,9 @@ def test_target_lm_head_argument_overrides():
 )
 def test_config_dimension(value, expected):
     state = build()
-    state.draft.config = SimpleNamespace(text_config=SimpleNamespace(hidden_size=value, vocab_size=V))
+    state.draft.config = SimpleNamespace(
+        text_config=SimpleNamespace(hidden_size=value, vocab_size=V)
+    )
     r = receipt_of(state)
     assert r["draft_config_hidden_size"] == expected
     assert r["draft_config_vocab_size"] == V

@@ -33,7 +33,9 @@ README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 def readme_serve_command(pair) -> tuple[dict, list[str]]:
     """The README's deployment command, placeholders filled, as (env assignments, argv)."""
     (line,) = [c for c in re.findall(r"^\$ (.+)$", README, re.M) if " vllm serve " in c]
-    words = shlex.split(line.replace("<target>", str(pair.target)).replace("<assistant>", str(pair.assistant)))
+    words = shlex.split(
+        line.replace("<target>", str(pair.target)).replace("<assistant>", str(pair.assistant))
+    )
     env = dict(w.split("=", 1) for w in words if re.match(r"^[A-Z_][A-Z0-9_]*=", w))
     argv = [w for w in words if w not in {f"{k}={v}" for k, v in env.items()}]
     assert argv[:2] == ["vllm", "serve"]
@@ -44,8 +46,19 @@ def readme_serve_command(pair) -> tuple[dict, list[str]]:
 def _server(pair, env, port, out, err):
     readme_env, argv = readme_serve_command(pair)
     # Only what a 2-core CPU test needs on top: a local port, a small KV cache, no compilation.
-    argv += ["--host", "127.0.0.1", "--port", str(port), "--max-model-len", "256", "--enforce-eager",
-             "--kv-cache-memory-bytes", str(64 << 20), "--distributed-executor-backend", "uni"]
+    argv += [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "256",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes",
+        str(64 << 20),
+        "--distributed-executor-backend",
+        "uni",
+    ]
     return subprocess.Popen(argv, env={**env, **readme_env}, stdout=out, stderr=err, text=True)
 
 
@@ -93,10 +106,17 @@ def test_server_has_a_valid_receipt_before_its_first_completion(tmp_path):
             assert [b.status for b in boots] == ["sealed"]
             validate_post_share_receipt(json.loads(boots[0].read_bytes(receipt_path(0))))
             body = json.dumps(
-                {"model": str(pair.target), "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0}
+                {
+                    "model": str(pair.target),
+                    "prompt": "The quick brown fox",
+                    "max_tokens": 8,
+                    "temperature": 0,
+                }
             ).encode()
             request = urllib.request.Request(
-                f"http://127.0.0.1:{port}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+                f"http://127.0.0.1:{port}/v1/completions",
+                data=body,
+                headers={"Content-Type": "application/json"},
             )
             with urllib.request.urlopen(request, timeout=120) as response:
                 answer = json.loads(response.read())

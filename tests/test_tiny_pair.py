@@ -28,13 +28,20 @@ def _load_pair():
 def test_shipped_pair_files_are_small_and_complete():
     total = 0
     for folder in (PAIR.target, PAIR.assistant):
-        for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                     "generation_config.json"):
+        for name in (
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "generation_config.json",
+        ):
             assert (folder / name).is_file(), f"{folder / name} is missing"
         total += sum(p.stat().st_size for p in folder.iterdir())
     assert total < 5 * 1024 * 1024
     # Both halves carry the same tokenizer, byte for byte.
-    assert (PAIR.target / "tokenizer.json").read_bytes() == (PAIR.assistant / "tokenizer.json").read_bytes()
+    assert (PAIR.target / "tokenizer.json").read_bytes() == (
+        PAIR.assistant / "tokenizer.json"
+    ).read_bytes()
 
 
 def test_shipped_pair_loads_with_expected_config():
@@ -57,7 +64,12 @@ def test_shipped_pair_loads_with_expected_config():
     assert assistant.lm_head.weight.shape == (VOCAB, DRAFT_HIDDEN)
     assert assistant.lm_head.weight.dtype == torch.bfloat16
     tok = AutoTokenizer.from_pretrained(PAIR.target)
-    assert [tok.convert_tokens_to_ids(t) for t in ("<pad>", "<eos>", "<bos>", "<unk>")] == [0, 1, 2, 3]
+    assert [tok.convert_tokens_to_ids(t) for t in ("<pad>", "<eos>", "<bos>", "<unk>")] == [
+        0,
+        1,
+        2,
+        3,
+    ]
     assert len(tok) == VOCAB
 
 
@@ -80,8 +92,12 @@ def test_shipped_assistant_drafts_the_target():
     target, assistant = _load_pair()
     target, assistant = target.float(), assistant.float()
     tok = AutoTokenizer.from_pretrained(PAIR.target)
-    prompts = corpus.heldout_prompts(tok, corpus.stdlib_docstring_corpus(), count=2, prompt_tokens=16)
-    stats = draft_replay.offline_acceptance(target, assistant, prompts, new_tokens=24, steps=draft_replay.DRAFT_STEPS)
+    prompts = corpus.heldout_prompts(
+        tok, corpus.stdlib_docstring_corpus(), count=2, prompt_tokens=16
+    )
+    stats = draft_replay.offline_acceptance(
+        target, assistant, prompts, new_tokens=24, steps=draft_replay.DRAFT_STEPS
+    )
     assert stats["num_drafts"] > 0
     assert stats["acceptance_rate"] > 0.2
 
@@ -112,16 +128,31 @@ def test_draft_masks_follow_vllm_kv_sharing():
         # The query at position 5 alone, against a target pass that only ever saw tokens 0..6.
         short = tokens[:, :7]
         tp_short = draft_replay.target_pass(target, short)
-        one, _ = draft_replay.unrolled_draft(assistant, target, short, tp_short, 1, torch.tensor([[5]]))
+        one, _ = draft_replay.unrolled_draft(
+            assistant, target, short, tp_short, 1, torch.tensor([[5]])
+        )
     torch.testing.assert_close(one[0][0, 0], full[0][0, 5], rtol=1e-4, atol=1e-4)
 
 
 def test_train_main_runs_end_to_end(tmp_path):
     out = tmp_path / "pair"
-    code = train_tiny_pair.main([
-        str(out), "--target-steps", "2", "--assistant-steps", "2", "--batch", "2",
-        "--generated-rows", "2", "--queries-per-row", "4", "--eval-prompts", "1",
-    ])
+    code = train_tiny_pair.main(
+        [
+            str(out),
+            "--target-steps",
+            "2",
+            "--assistant-steps",
+            "2",
+            "--batch",
+            "2",
+            "--generated-rows",
+            "2",
+            "--queries-per-row",
+            "4",
+            "--eval-prompts",
+            "1",
+        ]
+    )
     assert code == 0
     from transformers import Gemma4AssistantForCausalLM, Gemma4ForCausalLM
 

@@ -40,11 +40,23 @@ REQUIRED = [
 ]
 PACKAGE_METHOD = "DraftHeadFp8LinearMethod"
 ACCEPTED = (EXPECTED_METHOD, PACKAGE_METHOD)
-SNAPSHOT_KEYS = ("head_weight", "head_weight_scale", "draft_embed", "target_embed", "target_lm_head_weight")
+SNAPSHOT_KEYS = (
+    "head_weight",
+    "head_weight_scale",
+    "draft_embed",
+    "target_embed",
+    "target_lm_head_weight",
+)
 
 
 def bf16_snapshot(ptr):
-    return {"dtype": "torch.bfloat16", "shape": [V, H], "device": "cpu", "numel": V * H, "data_ptr": ptr}
+    return {
+        "dtype": "torch.bfloat16",
+        "shape": [V, H],
+        "device": "cpu",
+        "numel": V * H,
+        "data_ptr": ptr,
+    }
 
 
 def valid_receipt():
@@ -142,57 +154,75 @@ def drop(key):
 # The checks after the key check, by label, in contract order (docs/contract.md), with their
 # exact messages.
 MESSAGES = {
-    'eligible': "receipt is not eligible",
-    'tensor parallel 1': "only TP1 is supported by this prototype",
-    'head dimensions known': "draft config did not provide head dimensions",
-    'draft config dimensions': "draft config dimensions are missing",
-    'hidden partition = config': "head hidden partition does not match draft config",
-    'vocab partition = config': "head vocab partition does not match draft config",
-    'head class': "unexpected head class",
-    'head method': "unexpected online head method",
-    'kernel recorded': "kernel selection was not recorded",
-    'weight/scale metadata': "head FP8 weight/scale metadata is incomplete",
-    'weight/scale finite': "head FP8 weight/scale is not finite",
-    'scale is one positive scalar': "head scale is not one finite positive scalar",
-    'weight shape [hidden, vocab]': "processed head shape does not match [hidden, vocab] logical shape",
-    'weight is FP8': "head weight is not an FP8 dtype",
-    'head not the draft embedding': "head still aliases draft input embedding",
-    'head not the target embedding': "head aliases target input embedding",
-    'draft embedding shared': "draft input embedding was not shared with target",
-    'draft embedding BF16': "draft input embedding is not BF16",
-    'target head not FP8': "target LM head was routed to draft FP8 method",
-    'target head BF16': "target LM head is not BF16",
-    'target head unquantized': "target LM head is not on an unquantized method",
+    "eligible": "receipt is not eligible",
+    "tensor parallel 1": "only TP1 is supported by this prototype",
+    "head dimensions known": "draft config did not provide head dimensions",
+    "draft config dimensions": "draft config dimensions are missing",
+    "hidden partition = config": "head hidden partition does not match draft config",
+    "vocab partition = config": "head vocab partition does not match draft config",
+    "head class": "unexpected head class",
+    "head method": "unexpected online head method",
+    "kernel recorded": "kernel selection was not recorded",
+    "weight/scale metadata": "head FP8 weight/scale metadata is incomplete",
+    "weight/scale finite": "head FP8 weight/scale is not finite",
+    "scale is one positive scalar": "head scale is not one finite positive scalar",
+    "weight shape [hidden, vocab]": "processed head shape does not match [hidden, vocab] logical shape",
+    "weight is FP8": "head weight is not an FP8 dtype",
+    "head not the draft embedding": "head still aliases draft input embedding",
+    "head not the target embedding": "head aliases target input embedding",
+    "draft embedding shared": "draft input embedding was not shared with target",
+    "draft embedding BF16": "draft input embedding is not BF16",
+    "target head not FP8": "target LM head was routed to draft FP8 method",
+    "target head BF16": "target LM head is not BF16",
+    "target head unquantized": "target LM head is not on an unquantized method",
 }
 
 # check -> mutations that fail that check and nothing before it (from the valid fixture)
 ALONE = {
-    'eligible': [put("eligible", False), put("eligible", None), put("eligible", 1), put("eligible", "true")],
-    'tensor parallel 1': [put("head_tp_size", 2), put("head_tp_size", None), put("head_tp_size", "1"), put("head_tp_size", 0)],
-    'head dimensions known': [put("head_expected_weight_shape", None)],
-    'draft config dimensions': [
+    "eligible": [
+        put("eligible", False),
+        put("eligible", None),
+        put("eligible", 1),
+        put("eligible", "true"),
+    ],
+    "tensor parallel 1": [
+        put("head_tp_size", 2),
+        put("head_tp_size", None),
+        put("head_tp_size", "1"),
+        put("head_tp_size", 0),
+    ],
+    "head dimensions known": [put("head_expected_weight_shape", None)],
+    "draft config dimensions": [
         put("draft_config_hidden_size", None),
         put("draft_config_vocab_size", None),
         drop("draft_config_hidden_size"),
         drop("draft_config_vocab_size"),
     ],
-    'hidden partition = config': [put("head_partition_hidden_size", 512), put("head_partition_hidden_size", None), drop("head_partition_hidden_size")],
-    'vocab partition = config': [put("head_partition_vocab_size", V - 1), put("head_partition_vocab_size", None), drop("head_partition_vocab_size")],
-    'head class': [
+    "hidden partition = config": [
+        put("head_partition_hidden_size", 512),
+        put("head_partition_hidden_size", None),
+        drop("head_partition_hidden_size"),
+    ],
+    "vocab partition = config": [
+        put("head_partition_vocab_size", V - 1),
+        put("head_partition_vocab_size", None),
+        drop("head_partition_vocab_size"),
+    ],
+    "head class": [
         put("head_class", "vllm.VocabParallelEmbedding"),
         put("head_class", "ParallelLMHead"),
         put("head_class", "x.ParallelLMHead.y"),
         put("head_class", None),
     ],
-    'head method': [
+    "head method": [
         put("head_method", "UnquantizedEmbeddingMethod"),
         put("head_method", None),
         put("head_method", EXPECTED_METHOD + "X"),
         put("head_method", EXPECTED_METHOD.lower()),
         put("head_method", [EXPECTED_METHOD]),
     ],
-    'kernel recorded': [put("head_kernel", None), put("head_kernel", ""), put("head_kernel", 0)],
-    'weight/scale metadata': [
+    "kernel recorded": [put("head_kernel", None), put("head_kernel", ""), put("head_kernel", 0)],
+    "weight/scale metadata": [
         put("head_weight", None),
         put("head_weight", {}),
         put("head_weight", "torch.float8_e4m3fn"),
@@ -204,14 +234,14 @@ ALONE = {
         setw("head_weight_scale", "dtype", None),
         lambda r: r["head_weight"].pop("dtype"),
     ],
-    'weight/scale finite': [
+    "weight/scale finite": [
         setw("head_weight", "finite", False),
         setw("head_weight", "finite", None),
         setw("head_weight", "finite", 1),
         setw("head_weight_scale", "finite", False),
         setw("head_weight_scale", "finite", None),
     ],
-    'scale is one positive scalar': [
+    "scale is one positive scalar": [
         setw("head_weight_scale", "shape", [1, 1]),
         setw("head_weight_scale", "shape", [2]),
         setw("head_weight_scale", "shape", []),
@@ -219,41 +249,48 @@ ALONE = {
         setw("head_weight_scale", "positive_scalar", False),
         setw("head_weight_scale", "positive_scalar", None),
     ],
-    'weight shape [hidden, vocab]': [
+    "weight shape [hidden, vocab]": [
         setw("head_weight", "shape", [V, H]),  # not transposed
         setw("head_weight", "shape", None),
         setw("head_weight", "shape", [H, V, 1]),
         put("head_expected_weight_shape", [V, H]),
     ],
-    'weight is FP8': [
+    "weight is FP8": [
         setw("head_weight", "dtype", "torch.bfloat16"),
         setw("head_weight", "dtype", "torch.int8"),
         setw("head_weight", "dtype", "fp8"),
     ],
-    'head not the draft embedding': [put("head_weight_is_draft_embed", True), put("head_weight_is_draft_embed", None), put("head_weight_is_draft_embed", 0)],
-    'head not the target embedding': [put("head_weight_is_target_embed", True), put("head_weight_is_target_embed", None)],
-    'draft embedding shared': [
+    "head not the draft embedding": [
+        put("head_weight_is_draft_embed", True),
+        put("head_weight_is_draft_embed", None),
+        put("head_weight_is_draft_embed", 0),
+    ],
+    "head not the target embedding": [
+        put("head_weight_is_target_embed", True),
+        put("head_weight_is_target_embed", None),
+    ],
+    "draft embedding shared": [
         put("draft_embed_weight_is_target_embed", False),
         put("draft_embed_weight_is_target_embed", None),
         put("draft_embed_weight_is_target_embed", 1),
     ],
-    'draft embedding BF16': [
+    "draft embedding BF16": [
         setw("draft_embed", "dtype", "torch.float16"),
         setw("draft_embed", "dtype", "torch.float8_e4m3fn"),
         put("draft_embed", None),
         put("draft_embed", "torch.bfloat16"),  # a snapshot must be a mapping
     ],
-    'target head not FP8': [
+    "target head not FP8": [
         put("target_lm_head_method", EXPECTED_METHOD),
         put("target_lm_head_method", PACKAGE_METHOD),
         put("target_lm_head_method", "Unquantized+" + EXPECTED_METHOD),
     ],
-    'target head BF16': [
+    "target head BF16": [
         setw("target_lm_head_weight", "dtype", "torch.float8_e4m3fn"),
         setw("target_lm_head_weight", "dtype", "torch.float32"),
         put("target_lm_head_weight", None),
     ],
-    'target head unquantized': [
+    "target head unquantized": [
         put("target_lm_head_method", "Fp8LinearMethod"),
         put("target_lm_head_method", None),
         put("target_lm_head_method", "unquantizedEmbeddingMethod"),
@@ -299,7 +336,9 @@ def test_check1_lists_missing_keys_in_spec_order():
     assert message_of({}) == f"receipt missing {REQUIRED!r}"
 
 
-@pytest.mark.parametrize("receipt", [None, [], "receipt", 42, 3.5, b"{}", [("eligible", True)], object()])
+@pytest.mark.parametrize(
+    "receipt", [None, [], "receipt", 42, 3.5, b"{}", [("eligible", True)], object()]
+)
 def test_check1_non_mapping(receipt):
     assert message_of(receipt) == f"receipt missing {REQUIRED!r}"
 
@@ -317,7 +356,7 @@ def test_first_failing_check_wins(check):
     # Break this check and every later one (applied from last to first, so that where two
     # mutations touch the same key the earlier check's wins): this check's message is reported.
     receipt = valid_receipt()
-    for later in reversed(ORDER[ORDER.index(check):]):
+    for later in reversed(ORDER[ORDER.index(check) :]):
         ALONE[later][0](receipt)
     assert message_of(receipt) == MESSAGES[check]
 
@@ -348,7 +387,9 @@ def test_accepted_methods_can_narrow():
     assert message_of(receipt, accepted_methods=[]) == "unexpected online head method"
     receipt["head_method"] = PACKAGE_METHOD
     assert message_of(receipt, accepted_methods=(m for m in [PACKAGE_METHOD])) is None
-    assert message_of(receipt, accepted_methods=[EXPECTED_METHOD]) == "unexpected online head method"
+    assert (
+        message_of(receipt, accepted_methods=[EXPECTED_METHOD]) == "unexpected online head method"
+    )
 
 
 def test_target_is_refused_on_any_known_fp8_head_method_even_when_narrowed():
@@ -435,7 +476,9 @@ def test_hostile_value_in_any_field(hostile, key):
 
 
 @pytest.mark.parametrize("hostile", [Hostile, BadStr], ids=["hostile", "badstr"])
-@pytest.mark.parametrize("inner", ["dtype", "shape", "finite", "positive_scalar", "device", "numel"])
+@pytest.mark.parametrize(
+    "inner", ["dtype", "shape", "finite", "positive_scalar", "device", "numel"]
+)
 @pytest.mark.parametrize("key", SNAPSHOT_KEYS)
 def test_hostile_value_in_snapshot(hostile, inner, key):
     receipt = valid_receipt()
@@ -448,7 +491,9 @@ def test_hostile_mapping_receipt(fail_on):
     assert validate_only_named_error(HostileMapping(valid_receipt(), fail_on)) is not None
 
 
-@pytest.mark.parametrize("key", ["head_weight", "head_weight_scale", "draft_embed", "target_lm_head_weight"])
+@pytest.mark.parametrize(
+    "key", ["head_weight", "head_weight_scale", "draft_embed", "target_lm_head_weight"]
+)
 def test_hostile_mapping_snapshot(key):
     receipt = valid_receipt()
     receipt[key] = HostileMapping(receipt[key], {"getitem", "get", "contains"})
@@ -586,8 +631,14 @@ LEAVES = (
 )
 JSON_LIKE = st.recursive(
     LEAVES,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8) | st.sampled_from(["dtype", "shape", "finite", "positive_scalar"]), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.text(max_size=8) | st.sampled_from(["dtype", "shape", "finite", "positive_scalar"]),
+            children,
+            max_size=4,
+        )
+    ),
     max_leaves=12,
 )
 # Values shaped like what sits in the gated fields, so that mutations often land near the gate.
@@ -605,7 +656,9 @@ NEAR = st.one_of(
         },
     ),
 )
-PROPERTY = settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def outcome(receipt):
@@ -623,7 +676,9 @@ def test_arbitrary_json_never_raises_anything_else(value):
     assert outcome(value) is not None  # nothing arbitrary is a valid receipt
 
 
-@settings(max_examples=120, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=120, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(st.fixed_dictionaries({key: NEAR for key in REQUIRED}))
 def test_arbitrary_values_under_the_required_keys_never_raise_anything_else(receipt):
     outcome(receipt)
@@ -647,7 +702,10 @@ def test_single_field_mutation(key, value):
 @PROPERTY
 @given(
     key=st.sampled_from(SNAPSHOT_KEYS),
-    inner=st.sampled_from(["dtype", "shape", "device", "numel", "finite", "positive_scalar", "data_ptr"]) | st.text(max_size=6),
+    inner=st.sampled_from(
+        ["dtype", "shape", "device", "numel", "finite", "positive_scalar", "data_ptr"]
+    )
+    | st.text(max_size=6),
     value=st.one_of(NEAR, st.just(MISSING)),
 )
 def test_single_field_mutation_inside_snapshot(key, inner, value):

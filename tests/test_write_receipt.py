@@ -133,7 +133,9 @@ def _racer(index, root, barrier, queue):
         receipt = {"writer": index, "round": round_, "pad": "x" * (1000 * index)}
         barrier.wait(timeout=60)
         try:
-            write_runtime_receipt(receipt, os.path.join(root, f"round{round_}", "deep", "receipt.json"))
+            write_runtime_receipt(
+                receipt, os.path.join(root, f"round{round_}", "deep", "receipt.json")
+            )
             outcomes.append((round_, "ok"))
         except FileExistsError:
             outcomes.append((round_, "exists"))
@@ -146,7 +148,9 @@ def test_racing_writers_one_winner_per_round(tmp_path):
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(WRITERS)
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_racer, args=(i, str(tmp_path), barrier, queue)) for i in range(WRITERS)]
+    procs = [
+        ctx.Process(target=_racer, args=(i, str(tmp_path), barrier, queue)) for i in range(WRITERS)
+    ]
     for p in procs:
         p.start()
     results = dict(queue.get(timeout=120) for _ in procs)

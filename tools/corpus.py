@@ -50,7 +50,9 @@ def stdlib_docstring_corpus() -> Corpus:
         else:
             train.extend(docs)
             seen_train += 1
-    return Corpus(train=train, heldout=heldout, train_modules=seen_train, heldout_modules=seen_heldout)
+    return Corpus(
+        train=train, heldout=heldout, train_modules=seen_train, heldout_modules=seen_heldout
+    )
 
 
 def encode_documents(tokenizer, docs: list[str]) -> list[list[int]]:
@@ -70,7 +72,9 @@ def pack(token_docs: list[list[int]], seq_len: int = SEQ_LEN):
     return torch.tensor(stream[: rows * seq_len], dtype=torch.long).view(rows, seq_len)
 
 
-def heldout_prompts(tokenizer, corpus: Corpus, *, count: int, prompt_tokens: int, min_doc_tokens: int = 0):
+def heldout_prompts(
+    tokenizer, corpus: Corpus, *, count: int, prompt_tokens: int, min_doc_tokens: int = 0
+):
     """Deterministic benchmark prompts: ``<bos>`` + the first ``prompt_tokens`` tokens of held-out
     documents, spread evenly over the held-out set."""
     docs = [d for d in corpus.heldout]
@@ -81,5 +85,3 @@ def heldout_prompts(tokenizer, corpus: Corpus, *, count: int, prompt_tokens: int
     stride = max(1, len(long_enough) // count)
     picked = long_enough[::stride][:count]
     return [[BOS] + ids[:prompt_tokens] for _, ids in picked]
-
-

@@ -30,7 +30,9 @@ def target_pass(target, tokens) -> TargetPass:
         cap = target.config.final_logit_softcapping
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
-    return TargetPass(hidden=out.last_hidden_state, shared_kv=dict(out.shared_kv_states), logits=logits)
+    return TargetPass(
+        hidden=out.last_hidden_state, shared_kv=dict(out.shared_kv_states), logits=logits
+    )
 
 
 def draft_step(assistant, target, input_ids, hidden, shared_kv, positions, masks, head=None):
@@ -58,7 +60,15 @@ def draft_step(assistant, target, input_ids, hidden, shared_kv, positions, masks
 
 
 def unrolled_draft(
-    assistant, target, tokens, tp: TargetPass, steps: int, queries=None, *, teacher_forced=True, hidden_out=None,
+    assistant,
+    target,
+    tokens,
+    tp: TargetPass,
+    steps: int,
+    queries=None,
+    *,
+    teacher_forced=True,
+    hidden_out=None,
     head=None,
 ):
     """Teacher-forced draft logits, ``steps`` draft steps deep, for query positions ``queries``
@@ -81,13 +91,20 @@ def unrolled_draft(
     j = torch.arange(length, device=tokens.device).view(1, 1, length)
     i = queries.unsqueeze(-1)
     full = j <= i
-    masks = {"full_attention": full.unsqueeze(1), "sliding_attention": (full & (j > i - window)).unsqueeze(1)}
+    masks = {
+        "full_attention": full.unsqueeze(1),
+        "sliding_attention": (full & (j > i - window)).unsqueeze(1),
+    }
     hidden = torch.gather(tp.hidden, 1, queries.unsqueeze(-1).expand(-1, -1, tp.hidden.shape[-1]))
     all_logits = []
     ids = torch.gather(tokens, 1, queries + 1)
     for k in range(1, steps + 1):
         if k > 1:
-            ids = torch.gather(tokens, 1, queries + k) if teacher_forced else all_logits[-1].argmax(-1)
+            ids = (
+                torch.gather(tokens, 1, queries + k)
+                if teacher_forced
+                else all_logits[-1].argmax(-1)
+            )
         draft_hidden, hidden, logits = draft_step(
             assistant, target, ids, hidden, tp.shared_kv, queries, masks, head=head
         )
@@ -103,14 +120,23 @@ def greedy_continuation(target, prompt: list[int], new_tokens: int) -> list[int]
 
     with torch.no_grad():
         out = target.generate(
-            torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD,
+            torch.tensor([prompt]),
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=PAD,
             eos_token_id=EOS,
         )
     return out[0, len(prompt) :].tolist()
 
 
 def offline_acceptance(
-    target, assistant, prompts: list[list[int]], *, new_tokens: int, steps: int, heads: dict | None = None
+    target,
+    assistant,
+    prompts: list[list[int]],
+    *,
+    new_tokens: int,
+    steps: int,
+    heads: dict | None = None,
 ) -> dict:
     """Greedy speculative decoding simulated in torch, an estimate of what vLLM will measure: the
     target's greedy continuation of each prompt; a proposal after position ``i`` drafts ``steps``
@@ -125,7 +151,10 @@ def offline_acceptance(
     import torch
 
     names = list(heads) if heads else ["lm_head"]
-    counters = {name: {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * steps} for name in names}
+    counters = {
+        name: {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * steps}
+        for name in names
+    }
     with torch.no_grad():
         for prompt in prompts:
             seq = prompt + greedy_continuation(target, prompt, new_tokens)
@@ -140,7 +169,9 @@ def offline_acceptance(
                 logits, _ = unrolled_draft(
                     assistant, target, tokens, tp, steps, queries, teacher_forced=False, head=head
                 )
-                proposal = torch.stack([lg[0].argmax(-1) for lg in logits], dim=1).tolist()  # [P, steps]
+                proposal = torch.stack(
+                    [lg[0].argmax(-1) for lg in logits], dim=1
+                ).tolist()  # [P, steps]
                 c = counters[name]
                 i = len(prompt) - 1
                 while i + 1 < length - 1:  # the token after t[i+1] is still to be generated
@@ -171,5 +202,3 @@ def offline_acceptance(
     if not heads:
         return summary(counters["lm_head"])
     return {name: summary(c) for name, c in counters.items()}
-
-

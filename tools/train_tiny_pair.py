@@ -43,7 +43,6 @@ What is trained, and why it matches what vLLM runs
    the benchmarks run, and calls the assistant's submodules directly with masks built here.
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -100,9 +99,9 @@ def distill_loss(draft_logits, queries, tp: TargetPass):
     return torch.stack(losses).mean(), agree
 
 
-
-
-def self_distillation_rows(target, train_data, *, rows: int, prompt_len: int, generator, batch: int = 64):
+def self_distillation_rows(
+    target, train_data, *, rows: int, prompt_len: int, generator, batch: int = 64
+):
     """``rows`` sequences of ``SEQ_LEN`` tokens: a ``prompt_len``-token window of the training data
     followed by the target's greedy continuation (``<eos>`` suppressed so that rows are full).
     The draft is trained on these too: at inference it drafts the target's own greedy text."""
@@ -113,16 +112,21 @@ def self_distillation_rows(target, train_data, *, rows: int, prompt_len: int, ge
         for start in range(0, rows, batch):
             n = min(batch, rows - start)
             pick = torch.randint(0, train_data.shape[0], (n,), generator=generator)
-            offset = int(torch.randint(0, train_data.shape[1] - prompt_len + 1, (1,), generator=generator))
+            offset = int(
+                torch.randint(0, train_data.shape[1] - prompt_len + 1, (1,), generator=generator)
+            )
             prompts = train_data[pick, offset : offset + prompt_len]
             new = SEQ_LEN - prompt_len
             seqs = target.generate(
-                prompts, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=PAD,
+                prompts,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                pad_token_id=PAD,
                 eos_token_id=EOS,
             )
             out.append(seqs[:, :SEQ_LEN])
     return torch.cat(out)
-
 
 
 @dataclass
@@ -135,7 +139,9 @@ class Schedule:
     warmup: int = 50
     queries_per_row: int = 48  # draft query positions trained per sequence and step
     generated_rows: int = 512  # greedy target continuations the draft is also trained on
-    minutes: float = 8.0  # safety cap on the whole run; hitting it is recorded (and not deterministic)
+    minutes: float = (
+        8.0  # safety cap on the whole run; hitting it is recorded (and not deterministic)
+    )
     log_every: int = 50
     history: list = field(default_factory=list)
 
@@ -165,7 +171,9 @@ def train_target(target, data, schedule: Schedule, generator, deadline: float, l
     import torch
     import torch.nn.functional as F
 
-    opt = torch.optim.AdamW(target.parameters(), lr=schedule.target_lr, betas=(0.9, 0.98), weight_decay=0.01)
+    opt = torch.optim.AdamW(
+        target.parameters(), lr=schedule.target_lr, betas=(0.9, 0.98), weight_decay=0.01
+    )
     target.train()
     done = 0
     stopped = False
@@ -177,7 +185,9 @@ def train_target(target, data, schedule: Schedule, generator, deadline: float, l
         for g in opt.param_groups:
             g["lr"] = _lr(step, schedule.target_steps, schedule.target_lr, schedule.warmup)
         logits = target(input_ids=batch, use_cache=False).logits
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        loss = F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
@@ -192,7 +202,9 @@ def train_target(target, data, schedule: Schedule, generator, deadline: float, l
     return {"steps": done, "stopped_by_time_cap": stopped, "final_train_loss": running}
 
 
-def train_assistant(assistant, target, data, generated, schedule: Schedule, generator, deadline: float, log) -> dict:
+def train_assistant(
+    assistant, target, data, generated, schedule: Schedule, generator, deadline: float, log
+) -> dict:
     import torch
 
     for p in target.parameters():
@@ -217,7 +229,10 @@ def train_assistant(assistant, target, data, generated, schedule: Schedule, gene
             g["lr"] = _lr(step, schedule.assistant_steps, schedule.assistant_lr, schedule.warmup)
         tp = target_pass(target, batch)
         queries = torch.randint(
-            0, batch.shape[1] - DRAFT_STEPS, (batch.shape[0], schedule.queries_per_row), generator=generator
+            0,
+            batch.shape[1] - DRAFT_STEPS,
+            (batch.shape[0], schedule.queries_per_row),
+            generator=generator,
         )
         logits, queries = unrolled_draft(assistant, target, batch, tp, DRAFT_STEPS, queries)
         loss, agree = distill_loss(logits, queries, tp)
@@ -228,7 +243,9 @@ def train_assistant(assistant, target, data, generated, schedule: Schedule, gene
         value = loss.item()
         running = value if running is None else 0.9 * running + 0.1 * value
         agree_running = (
-            agree if agree_running is None else [0.9 * a + 0.1 * b for a, b in zip(agree_running, agree)]
+            agree
+            if agree_running is None
+            else [0.9 * a + 0.1 * b for a, b in zip(agree_running, agree)]
         )
         done = step + 1
         if done % schedule.log_every == 0 or done == schedule.assistant_steps:
@@ -265,7 +282,11 @@ def heldout_eval(target, assistant, data, batch: int = 16) -> dict:
             chunk = rows[start : start + batch]
             tp = target_pass(target, chunk)
             ce.append(
-                float(F.cross_entropy(tp.logits[:, :-1].reshape(-1, tp.logits.shape[-1]), chunk[:, 1:].reshape(-1)))
+                float(
+                    F.cross_entropy(
+                        tp.logits[:, :-1].reshape(-1, tp.logits.shape[-1]), chunk[:, 1:].reshape(-1)
+                    )
+                )
             )
             logits, queries = unrolled_draft(assistant, target, chunk, tp, DRAFT_STEPS)
             kl, agree = distill_loss(logits, queries, tp)
@@ -329,7 +350,9 @@ def train_pair(
             target, train_data, rows=schedule.generated_rows, prompt_len=32, generator=generator
         )
         generate_s = time.monotonic() - t0
-        log(f"self-distillation: {generated.shape[0]} greedy target continuations in {generate_s:.1f}s")
+        log(
+            f"self-distillation: {generated.shape[0]} greedy target continuations in {generate_s:.1f}s"
+        )
         t0 = time.monotonic()
         assistant_info = train_assistant(
             assistant, target, train_data, generated, schedule, generator, deadline, log
@@ -403,13 +426,20 @@ def main(argv: list[str] | None = None) -> int:
         description="Train the tiny Gemma 4 target + MTP assistant pair on stdlib docstrings (CPU, minutes).",
     )
     parser.add_argument("out", help="output folder (gets target/, assistant/, training.json)")
-    parser.add_argument("--minutes", type=float, default=8.0, help="safety cap on the whole run (default 8)")
+    parser.add_argument(
+        "--minutes", type=float, default=8.0, help="safety cap on the whole run (default 8)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target-steps", type=int, default=Schedule.target_steps)
     parser.add_argument("--assistant-steps", type=int, default=Schedule.assistant_steps)
     parser.add_argument("--batch", type=int, default=Schedule.batch)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core machine; results are bitwise "
-                        "reproducible for a fixed thread count)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1 is fastest on a shared 2-core machine; results are bitwise "
+        "reproducible for a fixed thread count)",
+    )
     parser.add_argument("--generated-rows", type=int, default=Schedule.generated_rows)
     parser.add_argument("--queries-per-row", type=int, default=Schedule.queries_per_row)
     parser.add_argument("--eval-prompts", type=int, default=8)
@@ -423,8 +453,13 @@ def main(argv: list[str] | None = None) -> int:
         minutes=args.minutes,
         log_every=max(1, min(50, args.target_steps // 10 or 1)),
     )
-    pair = train_pair(args.out, seed=args.seed, schedule=schedule, threads=args.threads,
-                      eval_prompts=args.eval_prompts)
+    pair = train_pair(
+        args.out,
+        seed=args.seed,
+        schedule=schedule,
+        threads=args.threads,
+        eval_prompts=args.eval_prompts,
+    )
     print(f"wrote {pair.target} and {pair.assistant}")
     return 0
 

@@ -27,7 +27,9 @@ def read_config(model_dir: str | os.PathLike) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CheckpointError(f"{model_dir}: no config.json; is this a Hugging Face model folder?") from None
+        raise CheckpointError(
+            f"{model_dir}: no config.json; is this a Hugging Face model folder?"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: cannot read it as JSON ({exc})") from None
 
@@ -110,7 +112,9 @@ def resolve_model_dir(model: str, revision: str | None = None) -> Path:
 _SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
-def tensor_sha256_as(model_dir: str | os.PathLike, torch_dtype: Any, name: str = EMBED_TENSOR) -> dict[str, Any]:
+def tensor_sha256_as(
+    model_dir: str | os.PathLike, torch_dtype: Any, name: str = EMBED_TENSOR
+) -> dict[str, Any]:
     """SHA-256 of tensor ``name`` as the engine holds it in ``torch_dtype``: the stored bytes when
     the dtypes agree, else the rows converted a bounded piece at a time (vLLM casts on load)."""
     facts = tensor_bytes_sha256(model_dir, name)
@@ -125,7 +129,10 @@ def tensor_sha256_as(model_dir: str | os.PathLike, torch_dtype: Any, name: str =
     digest = hashlib.sha256()
     with safe_open(path, framework="pt") as f:
         piece = f.get_slice(name)
-        rows, width = facts["shape"][0], max(1, int(facts["shape"][1]) if len(facts["shape"]) > 1 else 1)
+        rows, width = (
+            facts["shape"][0],
+            max(1, int(facts["shape"][1]) if len(facts["shape"]) > 1 else 1),
+        )
         step = max(1, CHUNK_ELEMENTS // width)
         for start in range(0, rows, step):
             block = piece[start : start + step].to(torch_dtype).contiguous()

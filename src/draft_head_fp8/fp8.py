@@ -27,7 +27,9 @@ class NonFiniteHeadError(ValueError):
 
 @dataclass(frozen=True)
 class QuantizedHead:
-    weight: Any  # float8_e4m3fn, [vocab, hidden], contiguous (callers store its .t(): [hidden, vocab])
+    weight: (
+        Any  # float8_e4m3fn, [vocab, hidden], contiguous (callers store its .t(): [hidden, vocab])
+    )
     scale: Any  # float32, shape [1]: amax / 448
     amax: float
     row_amax_max: float
@@ -37,7 +39,9 @@ class QuantizedHead:
     def row_amax_ratio(self) -> float:
         # How much a per-tensor scale costs the typical row: the median row uses only
         # 1/ratio of the FP8 range the largest row sets.
-        return self.row_amax_max / self.row_amax_median if self.row_amax_median > 0 else float("inf")
+        return (
+            self.row_amax_max / self.row_amax_median if self.row_amax_median > 0 else float("inf")
+        )
 
 
 def _rows_per_chunk(tensor: Any) -> int:
@@ -57,7 +61,9 @@ def quantize_per_tensor(weight: Any) -> QuantizedHead:
     if weight.dim() != 2:
         raise ValueError(f"head weight must be 2-D [vocab, hidden], got shape {list(weight.shape)}")
     if weight.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise ValueError(f"head weight must be bf16/fp16/fp32 before quantization, got {weight.dtype}")
+        raise ValueError(
+            f"head weight must be bf16/fp16/fp32 before quantization, got {weight.dtype}"
+        )
     lo, hi = weight.aminmax()
     amax_t = torch.maximum(lo.abs(), hi.abs()).to(torch.float32)
     if not bool(torch.isfinite(amax_t)):

@@ -45,7 +45,11 @@ class CheckResult:
 
     @property
     def reason(self) -> str:
-        return self.decision.reason if not self.decision.eligible else "; ".join(self.receipt_problems) or "eligible"
+        return (
+            self.decision.reason
+            if not self.decision.eligible
+            else "; ".join(self.receipt_problems) or "eligible"
+        )
 
 
 def _text_config(config: dict) -> dict:
@@ -81,7 +85,9 @@ def _gemma4(path: str | os.PathLike, types: tuple[str, ...], what: str) -> dict:
     return _describe(path, config)
 
 
-def check_assistant(assistant_dir: str | os.PathLike, target_dir: str | os.PathLike | None = None) -> CheckResult:
+def check_assistant(
+    assistant_dir: str | os.PathLike, target_dir: str | os.PathLike | None = None
+) -> CheckResult:
     """Raises ``CheckpointError`` for a folder that is missing, unreadable or not Gemma 4."""
     assistant = _gemma4(assistant_dir, ASSISTANT_TYPES, "Gemma 4 MTP assistant")
     target = None if target_dir is None else _gemma4(target_dir, TARGET_TYPES, "Gemma 4 target")
@@ -122,7 +128,9 @@ def check_assistant(assistant_dir: str | os.PathLike, target_dir: str | os.PathL
         if target["vocab_size"] != vocab:
             result.notes.append(f"vocab differs: assistant {vocab}, target {target['vocab_size']}")
     if not target:
-        result.notes.append("no --target given: the serving dtype is taken from the assistant's config")
+        result.notes.append(
+            "no --target given: the serving dtype is taken from the assistant's config"
+        )
     result.notes.append("not visible in configs: tensor parallel size (only TP 1 is supported)")
     return result
 
@@ -136,4 +144,3 @@ def head_bytes(result: CheckResult) -> tuple[int, int] | None:
 
 
 __all__ = ["CheckResult", "CheckpointError", "check_assistant", "head_bytes"]
-

@@ -225,9 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--target", required=True)
     parser.add_argument("--assistant", required=True)
-    parser.add_argument("--prompt", action="append", help="repeatable; default: a few fixed prompts")
     parser.add_argument(
-        "--prompt-token-ids", metavar="FILE", help="JSON list of token id lists, instead of --prompt"
+        "--prompt", action="append", help="repeatable; default: a few fixed prompts"
+    )
+    parser.add_argument(
+        "--prompt-token-ids",
+        metavar="FILE",
+        help="JSON list of token id lists, instead of --prompt",
     )
     parser.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens")
     parser.add_argument("--max-tokens", type=int, default=24)
@@ -235,9 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-agreement", action="store_true")
     parser.add_argument("--out", required=True, help="where to write the JSON facts")
     args = parser.parse_args(argv)
-    prompts = (
-        json.loads(Path(args.prompt_token_ids).read_text()) if args.prompt_token_ids else None
-    )
+    prompts = json.loads(Path(args.prompt_token_ids).read_text()) if args.prompt_token_ids else None
     facts = run(
         args.target,
         args.assistant,

@@ -85,7 +85,11 @@ def train_tokenizer(out: Path, vocab_size: int = VOCAB) -> None:
     )
     tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>"
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
     )
     fast.save_pretrained(out)
 

@@ -59,8 +59,15 @@ class Boot:
     """One engine start: a numbered folder in the archive. Cheap to create; reads the disk
     lazily."""
 
-    def __init__(self, archive: Archive, seq: int, launch_id: str, name: str, *,
-                 identity: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        archive: Archive,
+        seq: int,
+        launch_id: str,
+        name: str,
+        *,
+        identity: dict[str, Any] | None = None,
+    ):
         self.archive = archive
         self.seq = seq
         self.launch_id = launch_id
@@ -70,8 +77,10 @@ class Boot:
         self._identity = identity  # boot.json as its writer knows it; else read on first use
 
     def __repr__(self) -> str:
-        return (f"Boot(seq={self.seq}, launch_id={self.launch_id!r}, status={self.status!r}, "
-                f"path={str(self.path)!r})")
+        return (
+            f"Boot(seq={self.seq}, launch_id={self.launch_id!r}, status={self.status!r}, "
+            f"path={str(self.path)!r})"
+        )
 
     @property
     def path(self) -> Path:
@@ -91,8 +100,10 @@ class Boot:
 
     @contextlib.contextmanager
     def _dir(self) -> Iterator[int]:
-        with fd_closing(open_root(self.archive.root)) as root_fd, \
-                fd_closing(open_dir(root_fd, self.name, str(self.path))) as bfd:
+        with (
+            fd_closing(open_root(self.archive.root)) as root_fd,
+            fd_closing(open_dir(root_fd, self.name, str(self.path))) as bfd,
+        ):
             yield bfd
 
     # -- reading
@@ -149,8 +160,9 @@ class Boot:
         data = bytes(data)
         with self._dir() as bfd, flock(bfd, exclusive=False), contextlib.ExitStack() as stack:
             if exists_at(bfd, MANIFEST):
-                raise BootSealedError(f"boot {self.name} is sealed; sealed boots never change "
-                                      "(start a new boot)")
+                raise BootSealedError(
+                    f"boot {self.name} is sealed; sealed boots never change (start a new boot)"
+                )
             dfd = bfd
             for i, part in enumerate(parts[:-1]):
                 shown = str(self.path.joinpath(*parts[: i + 1]))
@@ -168,14 +180,18 @@ class Boot:
             except FileNotFoundError:
                 st = None
             if st is not None and stat.S_ISLNK(st.st_mode):
-                raise UnsafePathError(f"{shown} is a symlink; the archive never follows or "
-                                      "replaces symlinks")
+                raise UnsafePathError(
+                    f"{shown} is a symlink; the archive never follows or replaces symlinks"
+                )
             try:
                 durable.create_exclusive_at(dfd, leaf, data, mode=FILE_MODE)
             except FileExistsError:
-                raise FileExistsError(errno.EEXIST, f"{name} already exists in boot {self.name}; "
-                                      "archive files are never rewritten, pick another name",
-                                      shown) from None
+                raise FileExistsError(
+                    errno.EEXIST,
+                    f"{name} already exists in boot {self.name}; "
+                    "archive files are never rewritten, pick another name",
+                    shown,
+                ) from None
             except OSError as exc:
                 raise wrap_os_error(exc, f"writing {shown}") from exc
         self._written[name] = hashlib.sha256(data).hexdigest()
@@ -200,7 +216,9 @@ class Boot:
                 raise BootIncompleteError(
                     f"cannot seal {self.name}: {len(missing)} expected file(s) missing: "
                     f"{', '.join(missing)}; let every rank add its files (or leave the boot "
-                    "incomplete: verify lists it, nothing is lost)", missing)
+                    "incomplete: verify lists it, nothing is lost)",
+                    missing,
+                )
             return self._write_manifest(bfd)
 
     def seal_if_complete(self) -> dict[str, Any] | None:
@@ -217,15 +235,18 @@ class Boot:
         """Expected files not (yet) in the boot, in boot.json's order. Holding the boot's lock."""
         present = {rel for rel, _ in regular_files(bfd)}
         if BOOT_JSON not in present:
-            raise ArchiveError(f"cannot seal {self.name}: {BOOT_JSON} is missing (the boot was "
-                               "never fully begun)")
+            raise ArchiveError(
+                f"cannot seal {self.name}: {BOOT_JSON} is missing (the boot was never fully begun)"
+            )
         try:
             identity = json.loads(read_at(bfd, BOOT_JSON, str(self.path / BOOT_JSON)))
             expected = documents.expected_files_of(identity if isinstance(identity, dict) else {})
         except (ValueError, RecursionError) as exc:
             # Refuse rather than guess: a boot whose wait-list cannot be read might lack a rank.
-            raise ArchiveError(f"cannot seal {self.name}: {BOOT_JSON} cannot be read ({exc}); "
-                               "leave the boot incomplete and start a new one") from None
+            raise ArchiveError(
+                f"cannot seal {self.name}: {BOOT_JSON} cannot be read ({exc}); "
+                "leave the boot incomplete and start a new one"
+            ) from None
         return [name for name in expected or () if name not in present]
 
     def _write_manifest(self, bfd: int) -> dict[str, Any]:
@@ -238,13 +259,16 @@ class Boot:
                 continue
             if not stat.S_ISREG(st.st_mode):
                 kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-                raise UnsafePathError(f"cannot seal {self.name}: {shown} is {kind}; remove it by "
-                                      "hand if it is not evidence")
+                raise UnsafePathError(
+                    f"cannot seal {self.name}: {shown} is {kind}; remove it by "
+                    "hand if it is not evidence"
+                )
             with fd_closing(open_file(dfd, leaf, shown)) as ffd:
                 size, digest = hash_fd(ffd, buf)
             if rel in self._written and self._written[rel] != digest:
-                raise ArchiveError(f"cannot seal {self.name}: {shown} changed on disk after it "
-                                   "was written")
+                raise ArchiveError(
+                    f"cannot seal {self.name}: {shown} changed on disk after it was written"
+                )
             files.append({"path": rel, "size": size, "sha256": digest})
         files.sort(key=lambda f: f["path"])
         root = self.archive.root
@@ -296,6 +320,7 @@ class Boot:
             "files": count,
             "bytes": size,
             "expected_files": expected,
-            "expected_missing": None if expected is None else [
-                f for f in expected if f not in present],
+            "expected_missing": None
+            if expected is None
+            else [f for f in expected if f not in present],
         }

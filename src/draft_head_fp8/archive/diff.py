@@ -11,14 +11,39 @@ from .boot import Boot
 
 # Listed first in a diff, in this order; everything else follows alphabetically, then the noise.
 _RECEIPT_FIRST = [
-    "head_method", "head_kernel", "head_weight.dtype", "head_weight.shape", "head_weight_scale.dtype",
-    "head_weight_scale.shape", "quant_spec", "eligible", "eligibility_reason", "schema", "phase",
-    "head_class", "head_method_module", "head_expected_weight_shape", "head_tp_size",
-    "target_lm_head_method", "target_lm_head_weight.dtype", "draft_embed.dtype", "target_embed.dtype",
+    "head_method",
+    "head_kernel",
+    "head_weight.dtype",
+    "head_weight.shape",
+    "head_weight_scale.dtype",
+    "head_weight_scale.shape",
+    "quant_spec",
+    "eligible",
+    "eligibility_reason",
+    "schema",
+    "phase",
+    "head_class",
+    "head_method_module",
+    "head_expected_weight_shape",
+    "head_tp_size",
+    "target_lm_head_method",
+    "target_lm_head_weight.dtype",
+    "draft_embed.dtype",
+    "target_embed.dtype",
 ]
 _IDENTITY_FIRST = [
-    "versions.draft-head-fp8", "versions.vllm", "vllm_distribution", "versions.torch", "versions.python",
-    "device_names", "cpu_model", "kernel", "host", "kernel_boot_id", "container_id", "invocation_id",
+    "versions.draft-head-fp8",
+    "versions.vllm",
+    "vllm_distribution",
+    "versions.torch",
+    "versions.python",
+    "device_names",
+    "cpu_model",
+    "kernel",
+    "host",
+    "kernel_boot_id",
+    "container_id",
+    "invocation_id",
 ]
 _NOISE = ("seq", "boot", "launch_id", "started_at", "pid")
 _ABSENT = object()
@@ -52,13 +77,21 @@ def _diff_json(a: Any, b: Any, first: list[str]) -> list[dict[str, Any]]:
     for key in sorted(set(fa) | set(fb), key=_key_order(first)):
         va, vb = fa.get(key, _ABSENT), fb.get(key, _ABSENT)
         if va is _ABSENT or vb is _ABSENT or va != vb or type(va) is not type(vb):
-            changes.append({"key": key, "a": None if va is _ABSENT else va, "b": None if vb is _ABSENT else vb,
-                            "in_a": va is not _ABSENT, "in_b": vb is not _ABSENT})
+            changes.append(
+                {
+                    "key": key,
+                    "a": None if va is _ABSENT else va,
+                    "b": None if vb is _ABSENT else vb,
+                    "in_a": va is not _ABSENT,
+                    "in_b": vb is not _ABSENT,
+                }
+            )
     return changes
 
 
 def diff_boots(a: Boot, b: Boot) -> dict[str, Any]:
     """Field-by-field differences of the identities and of every receipts/ file (JSON flattened)."""
+
     def receipts(boot: Boot) -> dict[str, bytes]:
         out = {}
         for rel, _ in boot.files():
@@ -72,9 +105,12 @@ def diff_boots(a: Boot, b: Boot) -> dict[str, Any]:
         except ValueError:
             return _ABSENT
 
-    result: dict[str, Any] = {"a": a.name, "b": b.name,
-                              "identity": _diff_json(a.identity or {}, b.identity or {}, _IDENTITY_FIRST),
-                              "receipts": []}
+    result: dict[str, Any] = {
+        "a": a.name,
+        "b": b.name,
+        "identity": _diff_json(a.identity or {}, b.identity or {}, _IDENTITY_FIRST),
+        "receipts": [],
+    }
     ra, rb = receipts(a), receipts(b)
     for rel in sorted(set(ra) | set(rb)):
         entry: dict[str, Any] = {"path": rel}
@@ -83,9 +119,19 @@ def diff_boots(a: Boot, b: Boot) -> dict[str, Any]:
         else:
             ja, jb = as_json(ra[rel]), as_json(rb[rel])
             if ja is _ABSENT or jb is _ABSENT:
-                entry["changes"] = [] if ra[rel] == rb[rel] else [
-                    {"key": "(bytes, not JSON)", "a": hashlib.sha256(ra[rel]).hexdigest(),
-                     "b": hashlib.sha256(rb[rel]).hexdigest(), "in_a": True, "in_b": True}]
+                entry["changes"] = (
+                    []
+                    if ra[rel] == rb[rel]
+                    else [
+                        {
+                            "key": "(bytes, not JSON)",
+                            "a": hashlib.sha256(ra[rel]).hexdigest(),
+                            "b": hashlib.sha256(rb[rel]).hexdigest(),
+                            "in_a": True,
+                            "in_b": True,
+                        }
+                    ]
+                )
             else:
                 entry["changes"] = _diff_json(ja, jb, _RECEIPT_FIRST)
         result["receipts"].append(entry)

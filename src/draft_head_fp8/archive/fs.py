@@ -57,8 +57,9 @@ def open_file(dir_fd: int, name: str, shown: str) -> int:
         fd = os.open(name, _O_FILE, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise UnsafePathError(f"{shown} is a symlink; the archive never follows "
-                                  "symlinks") from exc
+            raise UnsafePathError(
+                f"{shown} is a symlink; the archive never follows symlinks"
+            ) from exc
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -150,16 +151,21 @@ def check_name(name: Any) -> list[str]:
     except UnicodeEncodeError:
         raise InvalidNameError(f"file name {name!r} is not valid Unicode text") from None
     if name.startswith("/"):
-        raise InvalidNameError(f"file name {name!r} is absolute; give a path relative to the "
-                               "boot, e.g. 'receipts/x.json'")
+        raise InvalidNameError(
+            f"file name {name!r} is absolute; give a path relative to the "
+            "boot, e.g. 'receipts/x.json'"
+        )
     parts = name.split("/")
     for part in parts:
         if part in ("", ".", ".."):
-            raise InvalidNameError(f"file name {name!r} has an empty, '.' or '..' component; it "
-                                   "must stay inside the boot")
+            raise InvalidNameError(
+                f"file name {name!r} has an empty, '.' or '..' component; it "
+                "must stay inside the boot"
+            )
         if part.startswith("."):
-            raise InvalidNameError(f"file name {name!r} has a hidden component; names starting "
-                                   "with '.' are reserved")
+            raise InvalidNameError(
+                f"file name {name!r} has a hidden component; names starting with '.' are reserved"
+            )
     if parts == [MANIFEST]:
         raise InvalidNameError(f"{MANIFEST} is written by seal(); it cannot be added")
     return parts
@@ -167,7 +173,9 @@ def check_name(name: Any) -> list[str]:
 
 def wrap_os_error(exc: OSError, what: str) -> ArchiveError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ArchiveError(f"no space left on the archive's filesystem while {what}; nothing "
-                            "partial was left behind and earlier boots are untouched; free space "
-                            "and start a new boot")
+        return ArchiveError(
+            f"no space left on the archive's filesystem while {what}; nothing "
+            "partial was left behind and earlier boots are untouched; free space "
+            "and start a new boot"
+        )
     return ArchiveError(f"{what} failed: {exc.strerror or exc}")

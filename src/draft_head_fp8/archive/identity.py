@@ -33,8 +33,19 @@ def utc_now() -> str:
 
 _ENV_PREFIXES = ("VLLM_", "DRAFT_HEAD_FP8_")
 _ENV_NAMES = frozenset({"CUDA_VISIBLE_DEVICES"})
-_SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "AUTH",
-                 "PRIVATE", "COOKIE", "SIGNATURE")
+_SECRET_WORDS = (
+    "TOKEN",
+    "SECRET",
+    "KEY",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "CREDENTIAL",
+    "AUTH",
+    "PRIVATE",
+    "COOKIE",
+    "SIGNATURE",
+)
 # Values that are secrets whatever the variable is called: URLs with user:password@, well-known
 # token prefixes (Hugging Face, OpenAI-style, GitHub, Slack).
 _SECRET_VALUE = re.compile(r"://[^/\s:@]*:[^/\s@]*@|^(hf_|sk-|ghp_|gho_|github_pat_|xox[abprs]-)")

@@ -64,6 +64,7 @@ def boot_name(seq: int, launch_id: str) -> str:
 
 def check_launch_id(launch_id: str) -> str:
     if not isinstance(launch_id, str) or not LAUNCH_ID.fullmatch(launch_id) or launch_id.isdigit():
-        raise ValueError(f"launch id {launch_id!r} must be 1-64 of [A-Za-z0-9_-] and not all "
-                         "digits")
+        raise ValueError(
+            f"launch id {launch_id!r} must be 1-64 of [A-Za-z0-9_-] and not all digits"
+        )
     return launch_id

@@ -43,8 +43,10 @@ def prune(root: Path, keep: int, *, dry_run: bool = False) -> PruneResult:
         raise ValueError(f"keep must be a whole number >= 0, got {keep!r}")
     report = verify(root)
     if not report.ok:
-        raise ArchiveError(f"the archive does not verify ({len(report.problems)} problem(s)); run "
-                           "`draft-head-fp8 archive verify`, resolve them, then prune")
+        raise ArchiveError(
+            f"the archive does not verify ({len(report.problems)} problem(s)); run "
+            "`draft-head-fp8 archive verify`, resolve them, then prune"
+        )
     verified = set(report.chain)
     with fd_closing(open_root(root)) as root_fd, root_lock(root_fd, root, exclusive=True):
         listing = scan(root_fd)
@@ -63,7 +65,7 @@ def prune(root: Path, keep: int, *, dry_run: bool = False) -> PruneResult:
             if boot.name not in verified:  # sealed after our verify: keep it, and all after it
                 break
             victims.append((idx, boot, digest))
-        kept = [b.name for _, b, _ in entries[len(victims):]]
+        kept = [b.name for _, b, _ in entries[len(victims) :]]
         if dry_run:
             return PruneResult([b.name for _, b, _ in victims], kept, incomplete, None, True)
         for name, kind in listing.other:  # leftovers of an earlier interrupted prune
@@ -78,8 +80,16 @@ def prune(root: Path, keep: int, *, dry_run: bool = False) -> PruneResult:
             "schema": PRUNED_SCHEMA,
             "pruned_at": utc_now(),
             "keep": keep,
-            "boots": [{"boot": b.name, "seq": b.seq, "launch_id": b.launch_id, "chain_index": idx,
-                       "manifest_sha256": d} for idx, b, d in victims],
+            "boots": [
+                {
+                    "boot": b.name,
+                    "seq": b.seq,
+                    "launch_id": b.launch_id,
+                    "chain_index": idx,
+                    "manifest_sha256": d,
+                }
+                for idx, b, d in victims
+            ],
         }
         try:
             durable.create_exclusive_at(root_fd, record_name, encode_json(record), mode=FILE_MODE)

@@ -46,8 +46,9 @@ class Archive:
         self.root = Path(os.path.abspath(given))
         if not self.root.exists():
             if not create:
-                raise ArchiveNotFoundError(f"no archive at {self.root}; pass --root DIR or set "
-                                           f"{ROOT_ENV}")
+                raise ArchiveNotFoundError(
+                    f"no archive at {self.root}; pass --root DIR or set {ROOT_ENV}"
+                )
             try:
                 durable.makedirs_durable(self.root, DIR_MODE)
             except OSError as exc:
@@ -63,8 +64,9 @@ class Archive:
 
     # -- beginning a boot
 
-    def begin_boot(self, *, extra: dict[str, Any] | None = None,
-                   launch_id: str | None = None) -> Boot:
+    def begin_boot(
+        self, *, extra: dict[str, Any] | None = None, launch_id: str | None = None
+    ) -> Boot:
         """Start a boot: claim the next sequence number (exclusive mkdir under the root lock) and
         write boot.json. ``extra`` adds or overrides identity fields, e.g.
         ``{"device_names": [...]}``."""
@@ -78,8 +80,9 @@ class Archive:
         boot.add_bytes(BOOT_JSON, encode_json(identity))
         return boot
 
-    def join_boot(self, launch_id: str, *, expected_files: list[str],
-                  extra: dict[str, Any] | None = None) -> Boot:
+    def join_boot(
+        self, launch_id: str, *, expected_files: list[str], extra: dict[str, Any] | None = None
+    ) -> Boot:
         """The one boot of engine start ``launch_id``, for each of its ranks: the first caller
         begins it (like begin_boot, with ``expected_files`` recorded in boot.json), the others get
         the same boot. Seal it with ``seal_if_complete`` once a rank has added its files; list in
@@ -94,14 +97,21 @@ class Archive:
             with root_lock(root_fd, self.root, exclusive=True):
                 found = [b for b in scan(root_fd).boots if b.launch_id == launch_id]
                 if len(found) > 1:
-                    raise ArchiveError(f"{len(found)} boots have launch id {launch_id!r} "
-                                       f"({', '.join(b.name for b in found)}); join_boot needs "
-                                       "one per engine start: use a new launch id")
+                    raise ArchiveError(
+                        f"{len(found)} boots have launch id {launch_id!r} "
+                        f"({', '.join(b.name for b in found)}); join_boot needs "
+                        "one per engine start: use a new launch id"
+                    )
                 if found:
                     return self._joined(root_fd, found[0], expected)
                 seq, name = self._claim(root_fd, launch_id)
-                identity = {"seq": seq, "launch_id": launch_id, "boot": name, **identity,
-                            EXPECTED_FILES: expected}
+                identity = {
+                    "seq": seq,
+                    "launch_id": launch_id,
+                    "boot": name,
+                    **identity,
+                    EXPECTED_FILES: expected,
+                }
                 # Written before the lock goes: a joiner never sees this boot without boot.json.
                 # Without the boot's own flock: only this process knows the folder is a boot yet.
                 shown = self.root / name / BOOT_JSON
@@ -115,8 +125,10 @@ class Archive:
 
     def _joined(self, root_fd: int, entry: BootEntry, expected: list[str]) -> Boot:
         if is_sealed(root_fd, entry):
-            raise BootSealedError(f"boot {entry.name} of launch {entry.launch_id!r} is already "
-                                  "sealed; a new engine start needs a new launch id")
+            raise BootSealedError(
+                f"boot {entry.name} of launch {entry.launch_id!r} is already "
+                "sealed; a new engine start needs a new launch id"
+            )
         shown = self.root / entry.name / BOOT_JSON
         try:
             with fd_closing(open_dir(root_fd, entry.name, str(self.root / entry.name))) as bfd:
@@ -125,13 +137,16 @@ class Archive:
                 raise ValueError("not a JSON object")
             theirs = documents.expected_files_of(identity)
         except (OSError, ArchiveError, ValueError, RecursionError) as exc:
-            raise ArchiveError(f"cannot join boot {entry.name}: its {BOOT_JSON} is unreadable "
-                               f"({exc}); leave it incomplete and start with a new launch id") \
-                from None
+            raise ArchiveError(
+                f"cannot join boot {entry.name}: its {BOOT_JSON} is unreadable "
+                f"({exc}); leave it incomplete and start with a new launch id"
+            ) from None
         if theirs != expected:
-            raise ArchiveError(f"boot {entry.name} of launch {entry.launch_id!r} expects "
-                               f"{theirs}, not {expected}; each rank must pass the same "
-                               "expected_files, and each engine start its own launch id")
+            raise ArchiveError(
+                f"boot {entry.name} of launch {entry.launch_id!r} expects "
+                f"{theirs}, not {expected}; each rank must pass the same "
+                "expected_files, and each engine start its own launch id"
+            )
         return self._boot(entry)
 
     def _claim(self, root_fd: int, launch_id: str) -> tuple[int, str]:
@@ -178,8 +193,9 @@ class Archive:
             n = int(text)
             if n < 0:
                 if -n > len(boots):
-                    raise UnknownBootError(f"no boot {text}: the archive at {self.root} has "
-                                           f"{len(boots)} boot(s)")
+                    raise UnknownBootError(
+                        f"no boot {text}: the archive at {self.root} has {len(boots)} boot(s)"
+                    )
                 return boots[n]
             for boot in boots:
                 if boot.seq == n:
@@ -192,9 +208,11 @@ class Archive:
         if len(prefix) == 1:
             return prefix[0]
         if len(prefix) > 1:
-            raise UnknownBootError(f"boot {text!r} is ambiguous "
-                                   f"({', '.join(b.name for b in prefix)}); give more of the "
-                                   "launch id")
+            raise UnknownBootError(
+                f"boot {text!r} is ambiguous "
+                f"({', '.join(b.name for b in prefix)}); give more of the "
+                "launch id"
+            )
         raise UnknownBootError(f"no boot {text!r} in {self.root}")
 
     # -- checking and pruning

@@ -96,18 +96,22 @@ def verify(root: Path) -> VerifyReport:
         report.incomplete = [b.name for b in incomplete]
         for name, kind in listing.other:
             if name.startswith(HIDE_PREFIX):
-                report.notes.append(f"{name}: left by an interrupted prune; the next prune "
-                                    "removes it")
+                report.notes.append(
+                    f"{name}: left by an interrupted prune; the next prune removes it"
+                )
             else:
-                report.add(root / name, f"unexpected {kind} in the archive root (not a boot "
-                           "folder)")
+                report.add(
+                    root / name, f"unexpected {kind} in the archive root (not a boot folder)"
+                )
         seqs: dict[int, list[str]] = {}
         for boot in listing.boots:
             seqs.setdefault(boot.seq, []).append(boot.name)
         for seq, names in seqs.items():
             if len(names) > 1:
-                report.add(root / names[0], f"sequence number {seq} is used by {len(names)} "
-                           f"boots: {', '.join(names)}")
+                report.add(
+                    root / names[0],
+                    f"sequence number {seq} is used by {len(names)} boots: {', '.join(names)}",
+                )
         for item in snapshot:
             report.sealed.append(item.boot.name)
             try:
@@ -147,16 +151,21 @@ def _verify_incomplete(root_fd: int, root: Path, boot: BootEntry, report: Verify
             identity = documents.load_json(read_at(bfd, BOOT_JSON, str(path / BOOT_JSON)))
             expected = documents.expected_files_of(identity if isinstance(identity, dict) else {})
         except (ValueError, RecursionError) as exc:
-            report.add(path / BOOT_JSON, f"cannot tell which files this boot expects ({exc}); "
-                       "it can never be sealed")
+            report.add(
+                path / BOOT_JSON,
+                f"cannot tell which files this boot expects ({exc}); it can never be sealed",
+            )
             return
     if expected is not None:
-        report.expected[boot.name] = {"present": [f for f in expected if f in present],
-                                      "missing": [f for f in expected if f not in present]}
+        report.expected[boot.name] = {
+            "present": [f for f in expected if f in present],
+            "missing": [f for f in expected if f not in present],
+        }
 
 
-def _verify_sealed(root_fd: int, root: Path, item: _Sealed, report: VerifyReport,
-                   buf: bytearray) -> None:
+def _verify_sealed(
+    root_fd: int, root: Path, item: _Sealed, report: VerifyReport, buf: bytearray
+) -> None:
     boot = item.boot
     if item.raw is None:
         return
@@ -185,8 +194,11 @@ def _verify_sealed(root_fd: int, root: Path, item: _Sealed, report: VerifyReport
                     report.add(shown, f"file is not in {MANIFEST} (added after the seal?)")
                 continue
             if st.st_size != entry["size"]:
-                report.add(shown, f"size {st.st_size} bytes, {MANIFEST} says {entry['size']} "
-                           "(truncated or appended)")
+                report.add(
+                    shown,
+                    f"size {st.st_size} bytes, {MANIFEST} says {entry['size']} "
+                    "(truncated or appended)",
+                )
                 continue
             with fd_closing(open_file(dfd, leaf, shown)) as ffd:
                 if rel == BOOT_JSON:  # small, and read anyway: keep it for the expected files
@@ -197,8 +209,11 @@ def _verify_sealed(root_fd: int, root: Path, item: _Sealed, report: VerifyReport
             report.files_checked += 1
             report.bytes_checked += size
             if size != entry["size"] or digest != entry["sha256"]:
-                report.add(shown, f"content differs from {MANIFEST}: SHA-256 {digest}, expected "
-                           f"{entry['sha256']}")
+                report.add(
+                    shown,
+                    f"content differs from {MANIFEST}: SHA-256 {digest}, expected "
+                    f"{entry['sha256']}",
+                )
             elif rel == BOOT_JSON:
                 identity_raw = data
     for rel in sorted(set(listed) - seen):
@@ -207,8 +222,9 @@ def _verify_sealed(root_fd: int, root: Path, item: _Sealed, report: VerifyReport
         _check_expected_sealed(base, identity_raw, listed, report)
 
 
-def _check_expected_sealed(base: str, identity_raw: bytes, listed: dict[str, Any],
-                           report: VerifyReport) -> None:
+def _check_expected_sealed(
+    base: str, identity_raw: bytes, listed: dict[str, Any], report: VerifyReport
+) -> None:
     try:
         identity = documents.load_json(identity_raw)
         expected = documents.expected_files_of(identity if isinstance(identity, dict) else {})
@@ -217,12 +233,16 @@ def _check_expected_sealed(base: str, identity_raw: bytes, listed: dict[str, Any
         return
     missing = [f for f in expected or () if f not in listed]
     if missing:
-        report.add(base + MANIFEST, f"sealed without {', '.join(missing)}, which {BOOT_JSON} "
-                   "expects (a rank's files are missing from the proof)")
+        report.add(
+            base + MANIFEST,
+            f"sealed without {', '.join(missing)}, which {BOOT_JSON} "
+            "expects (a rank's files are missing from the proof)",
+        )
 
 
-def _check_manifest(root: Path, raw: bytes, boot: BootEntry,
-                    report: VerifyReport) -> dict[str, Any] | None:
+def _check_manifest(
+    root: Path, raw: bytes, boot: BootEntry, report: VerifyReport
+) -> dict[str, Any] | None:
     """Parsed manifest when it is exactly what seal() would have written, else None + problems."""
     mpath = root / boot.name / MANIFEST
     try:
@@ -240,8 +260,9 @@ def _check_manifest(root: Path, raw: bytes, boot: BootEntry,
         return None
     problems = []
     if raw != encode_json(doc):
-        problems.append("bytes differ from the canonical form seal() writes (edited by hand or "
-                        "damaged)")
+        problems.append(
+            "bytes differ from the canonical form seal() writes (edited by hand or damaged)"
+        )
     if documents.self_digest(doc) != doc["manifest_sha256"]:
         problems.append("manifest_sha256 does not match the manifest's content (damaged or edited)")
     if (doc["boot"], doc["seq"], doc["launch_id"]) != (boot.name, boot.seq, boot.launch_id):
@@ -263,8 +284,9 @@ def _check_manifest(root: Path, raw: bytes, boot: BootEntry,
     return None if problems else doc
 
 
-def _verify_chain(root: Path, snapshot: list[_Sealed], pruned: dict[str, dict[str, Any]],
-                  report: VerifyReport) -> None:
+def _verify_chain(
+    root: Path, snapshot: list[_Sealed], pruned: dict[str, dict[str, Any]], report: VerifyReport
+) -> None:
     by_digest = {s.digest: s for s in snapshot if s.digest}
     by_name = {s.boot.name: s for s in snapshot}
     successors: dict[str, list[_Sealed]] = {}
@@ -283,34 +305,53 @@ def _verify_chain(root: Path, snapshot: list[_Sealed], pruned: dict[str, dict[st
             p = by_digest[prev]
             successors.setdefault(prev, []).append(s)
             if m["previous_boot"] != p.boot.name:
-                report.add(mpath, f"previous_boot says {m['previous_boot']!r} but the linked "
-                           f"manifest is {p.boot.name}'s")
+                report.add(
+                    mpath,
+                    f"previous_boot says {m['previous_boot']!r} but the linked "
+                    f"manifest is {p.boot.name}'s",
+                )
             if p.manifest is not None and idx != p.manifest["chain_index"] + 1:
-                report.add(mpath, f"chain_index {idx} does not follow {p.boot.name}'s "
-                           f"{p.manifest['chain_index']}")
+                report.add(
+                    mpath,
+                    f"chain_index {idx} does not follow {p.boot.name}'s "
+                    f"{p.manifest['chain_index']}",
+                )
         elif prev in pruned:
             rec = pruned[prev]
             starts.append(s)
             if m["previous_boot"] != rec["boot"] or idx != rec["chain_index"] + 1:
-                report.add(mpath, f"does not match the prune record of {rec['boot']} (chain index "
-                           f"{rec['chain_index']})")
+                report.add(
+                    mpath,
+                    f"does not match the prune record of {rec['boot']} (chain index "
+                    f"{rec['chain_index']})",
+                )
         else:
             named = by_name.get(m["previous_boot"])
             if named is not None:
-                report.add(root / named.boot.name / MANIFEST,
-                           f"changed after {s.boot.name} was sealed: its SHA-256 is "
-                           f"{named.digest}, {s.boot.name} recorded {prev}")
+                report.add(
+                    root / named.boot.name / MANIFEST,
+                    f"changed after {s.boot.name} was sealed: its SHA-256 is "
+                    f"{named.digest}, {s.boot.name} recorded {prev}",
+                )
             else:
-                report.add(mpath, f"previous boot {m['previous_boot']} (manifest {prev[:16]}...) "
-                           "is gone and no prune record covers it: a sealed boot was deleted")
+                report.add(
+                    mpath,
+                    f"previous boot {m['previous_boot']} (manifest {prev[:16]}...) "
+                    "is gone and no prune record covers it: a sealed boot was deleted",
+                )
     for prev, succ in successors.items():
         if len(succ) > 1:
-            report.add(root / by_digest[prev].boot.name / MANIFEST,
-                       f"chain forks here: {', '.join(x.boot.name for x in succ)} all link to it")
+            report.add(
+                root / by_digest[prev].boot.name / MANIFEST,
+                f"chain forks here: {', '.join(x.boot.name for x in succ)} all link to it",
+            )
     if len(starts) > 1:
-        report.add(root, f"the chain has {len(starts)} starts "
-                   f"({', '.join(x.boot.name for x in starts)}); boots were removed from its "
-                   "middle or sealed without the lock")
+        report.add(
+            root,
+            f"the chain has {len(starts)} starts "
+            f"({', '.join(x.boot.name for x in starts)}); boots were removed from its "
+            "middle or sealed without the lock",
+        )
     # Chain order for the report: walk from the start along single successors.
     order, cur = [], starts[0] if len(starts) == 1 else None
     while cur is not None and len(order) <= len(snapshot):

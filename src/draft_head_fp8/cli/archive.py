@@ -35,12 +35,12 @@ _EXAMPLES = {
     "archive": "examples:\n  draft-head-fp8 archive list\n  draft-head-fp8 archive verify --root /var/lib/draft-head-fp8",
     "list": "example:\n  draft-head-fp8 archive list --root /var/lib/draft-head-fp8 --json",
     "show": "example:\n  draft-head-fp8 archive show -1        # the newest boot\n"
-            "  draft-head-fp8 archive show 12 --json  # by sequence number (or launch id)",
+    "  draft-head-fp8 archive show 12 --json  # by sequence number (or launch id)",
     "verify": "example:\n  draft-head-fp8 archive verify --root /var/lib/draft-head-fp8 && echo intact\n\n"
-              "exit status: 0 all intact, 1 something is wrong (every problem is printed), 2 bad input",
+    "exit status: 0 all intact, 1 something is wrong (every problem is printed), 2 bad input",
     "diff": "example:\n  draft-head-fp8 archive diff -2 -1      # what changed between the last two boots",
     "prune": "example:\n  draft-head-fp8 archive prune --keep 100 --dry-run\n\n"
-             "Deletes whole sealed boots, oldest first in chain order; incomplete boots are never touched.",
+    "Deletes whole sealed boots, oldest first in chain order; incomplete boots are never touched.",
 }
 
 
@@ -48,31 +48,56 @@ def add_archive_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``archive`` with its subcommands to an argparse subparsers object; returns its parser."""
     fmt = argparse.RawDescriptionHelpFormatter
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", metavar="DIR", help=f"archive folder (default: ${ROOT_ENV}, else the user state folder)")
+    common.add_argument(
+        "--root",
+        metavar="DIR",
+        help=f"archive folder (default: ${ROOT_ENV}, else the user state folder)",
+    )
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser = one_line_errors(subparsers.add_parser(
-        "archive", help="per-boot diagnostic archive: list, show, verify, diff, prune",
-        description="The per-boot diagnostic archive: every engine start's receipts and diagnostics, "
-                    "byte for byte, sealed by a manifest and chained.",
-        epilog=_EXAMPLES["archive"], formatter_class=fmt))
+    parser = one_line_errors(
+        subparsers.add_parser(
+            "archive",
+            help="per-boot diagnostic archive: list, show, verify, diff, prune",
+            description="The per-boot diagnostic archive: every engine start's receipts and diagnostics, "
+            "byte for byte, sealed by a manifest and chained.",
+            epilog=_EXAMPLES["archive"],
+            formatter_class=fmt,
+        )
+    )
     parser.set_defaults(func=run_archive)
     sub = parser.add_subparsers(dest="archive_command", metavar="COMMAND", required=True)
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
-        return one_line_errors(sub.add_parser(name, parents=[common], help=help_, description=help_,
-                                               epilog=_EXAMPLES[name], formatter_class=fmt))
+        return one_line_errors(
+            sub.add_parser(
+                name,
+                parents=[common],
+                help=help_,
+                description=help_,
+                epilog=_EXAMPLES[name],
+                formatter_class=fmt,
+            )
+        )
 
     add("list", "list every boot (sealed or incomplete) in sequence order")
     p = add("show", "show one boot's identity and files")
-    p.add_argument("boot", metavar="BOOT", help="sequence number, launch id, or negative index (-1 = newest)")
+    p.add_argument(
+        "boot", metavar="BOOT", help="sequence number, launch id, or negative index (-1 = newest)"
+    )
     add("verify", "check every byte, the manifest chain, and missing or extra files")
     p = add("diff", "compare two boots' identities and receipts field by field")
     p.add_argument("boot_a", metavar="BOOT_A", help="sequence number, launch id, or negative index")
     p.add_argument("boot_b", metavar="BOOT_B", help="sequence number, launch id, or negative index")
-    p.add_argument("--exit-code", action="store_true", help="exit 1 when the boots differ (like git diff)")
+    p.add_argument(
+        "--exit-code", action="store_true", help="exit 1 when the boots differ (like git diff)"
+    )
     p = add("prune", "delete the oldest sealed boots, keeping the newest N")
-    p.add_argument("--keep", type=int, required=True, metavar="N", help="sealed boots to keep (>= 0)")
-    p.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
+    p.add_argument(
+        "--keep", type=int, required=True, metavar="N", help="sealed boots to keep (>= 0)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="say what would be deleted, delete nothing"
+    )
     return parser
 
 
@@ -100,11 +125,15 @@ def _cmd_list(arc: Archive, args) -> int:
     if not rows:
         print(f"(no boots in {arc.root})", file=sys.stderr)
         return 0
-    print(f"{'SEQ':>8}  {'LAUNCH ID':<32}  {'STATUS':<10}  {'STARTED':<27}  {'HOST':<16}  {'FILES':>5}  SIZE")
+    print(
+        f"{'SEQ':>8}  {'LAUNCH ID':<32}  {'STATUS':<10}  {'STARTED':<27}  {'HOST':<16}  {'FILES':>5}  SIZE"
+    )
     for r in rows:
-        print(f"{r['seq']:>8}  {r['launch_id']:<32}  {r['status']:<10}  {r['started_at'] or '-':<27}  "
-              f"{(r['host'] or '-')[:16]:<16}  {r['files']:>5}  {_human(r['bytes'])}"
-              + (f"  expected {_expected_count(r)}" if r["expected_files"] is not None else ""))
+        print(
+            f"{r['seq']:>8}  {r['launch_id']:<32}  {r['status']:<10}  {r['started_at'] or '-':<27}  "
+            f"{(r['host'] or '-')[:16]:<16}  {r['files']:>5}  {_human(r['bytes'])}"
+            + (f"  expected {_expected_count(r)}" if r["expected_files"] is not None else "")
+        )
     return 0
 
 
@@ -119,10 +148,20 @@ def _cmd_show(arc: Archive, args) -> int:
     summary, identity, manifest = boot.summary(), boot.identity, boot.manifest
     files = boot.files()
     listed = (manifest or {}).get("files")
-    digests = {f.get("path"): f.get("sha256") for f in (listed if isinstance(listed, list) else []) if isinstance(f, dict)}
+    digests = {
+        f.get("path"): f.get("sha256")
+        for f in (listed if isinstance(listed, list) else [])
+        if isinstance(f, dict)
+    }
     if args.json:
-        _print_json({"boot": summary, "identity": identity, "manifest": manifest,
-                     "files": [{"path": p, "size": s, "sha256": digests.get(p)} for p, s in files]})
+        _print_json(
+            {
+                "boot": summary,
+                "identity": identity,
+                "manifest": manifest,
+                "files": [{"path": p, "size": s, "sha256": digests.get(p)} for p, s in files],
+            }
+        )
         return 0
     print(f"boot {boot.name}  (seq {boot.seq}, {summary['status']})")
     print(f"  path:        {boot.path}")
@@ -134,13 +173,17 @@ def _cmd_show(arc: Archive, args) -> int:
                 print(f"  {key + ':':<36} {json.dumps(value)}")
     if summary["expected_files"] is not None:
         missing = summary["expected_missing"]
-        print(f"  expected:    {_expected_count(summary)} files present"
-              + (f" (missing: {', '.join(missing)})" if missing else ""))
+        print(
+            f"  expected:    {_expected_count(summary)} files present"
+            + (f" (missing: {', '.join(missing)})" if missing else "")
+        )
     if manifest is None:
         print("  manifest:    none (incomplete boot: never sealed, kept as evidence)")
     else:
         prev = manifest.get("previous_boot") or "(start of chain)"
-        print(f"  sealed at:   {manifest.get('sealed_at')}  (chain index {manifest.get('chain_index')}, previous {prev})")
+        print(
+            f"  sealed at:   {manifest.get('sealed_at')}  (chain index {manifest.get('chain_index')}, previous {prev})"
+        )
     print("  files:")
     for path, size in files:
         print(f"    {size:>10}  {digests.get(path, '-'):<64}  {path}")
@@ -156,15 +199,22 @@ def _cmd_verify(arc: Archive, args) -> int:
         print(f"PROBLEM {problem}")
     for name in report.incomplete:
         waits = report.expected.get(name)
-        detail = "" if waits is None else (
-            f"; expected {len(waits['present'])}/{len(waits['present']) + len(waits['missing'])}"
-            f" files present, missing: {', '.join(waits['missing']) or 'none'}")
+        detail = (
+            ""
+            if waits is None
+            else (
+                f"; expected {len(waits['present'])}/{len(waits['present']) + len(waits['missing'])}"
+                f" files present, missing: {', '.join(waits['missing']) or 'none'}"
+            )
+        )
         print(f"incomplete: {name} (no {MANIFEST}; listed, never hidden{detail})")
     for note in report.notes:
         print(f"note: {note}")
     boots = len(report.sealed) + len(report.incomplete)
-    tail = (f"{boots} boot(s) ({len(report.sealed)} sealed, {len(report.incomplete)} incomplete), "
-            f"{report.files_checked} file(s), {_human(report.bytes_checked)} checked")
+    tail = (
+        f"{boots} boot(s) ({len(report.sealed)} sealed, {len(report.incomplete)} incomplete), "
+        f"{report.files_checked} file(s), {_human(report.bytes_checked)} checked"
+    )
     if report.ok:
         print(f"verify: ok, {tail}")
         return 0
@@ -175,7 +225,9 @@ def _cmd_verify(arc: Archive, args) -> int:
 def _cmd_diff(arc: Archive, args) -> int:
     a, b = arc.find(args.boot_a), arc.find(args.boot_b)
     result = diff_boots(a, b)
-    differs = bool(result["identity"]) or any(r.get("only_in") or r.get("changes") for r in result["receipts"])
+    differs = bool(result["identity"]) or any(
+        r.get("only_in") or r.get("changes") for r in result["receipts"]
+    )
     if args.json:
         _print_json(result)
     else:
@@ -183,7 +235,9 @@ def _cmd_diff(arc: Archive, args) -> int:
 
         def show(changes):
             for c in changes:
-                print(f"  {c['key']}: {_show_value(c['a'], c['in_a'])} -> {_show_value(c['b'], c['in_b'])}")
+                print(
+                    f"  {c['key']}: {_show_value(c['a'], c['in_a'])} -> {_show_value(c['b'], c['in_b'])}"
+                )
 
         print(f"identity ({BOOT_JSON}):" + ("" if result["identity"] else " same"))
         show(result["identity"])
@@ -206,14 +260,24 @@ def _cmd_prune(arc: Archive, args) -> int:
         _print_json(result.to_dict())
         return 0
     verb = "would delete" if result.dry_run else "deleted"
-    print(f"{verb} {len(result.pruned)} sealed boot(s){': ' + ', '.join(result.pruned) if result.pruned else ''}")
-    print(f"kept {len(result.kept_sealed)} sealed, {len(result.incomplete)} incomplete (never pruned)")
+    print(
+        f"{verb} {len(result.pruned)} sealed boot(s){': ' + ', '.join(result.pruned) if result.pruned else ''}"
+    )
+    print(
+        f"kept {len(result.kept_sealed)} sealed, {len(result.incomplete)} incomplete (never pruned)"
+    )
     if result.record:
         print(f"chain cut recorded in {result.record}")
     return 0
 
 
-_COMMANDS = {"list": _cmd_list, "show": _cmd_show, "verify": _cmd_verify, "diff": _cmd_diff, "prune": _cmd_prune}
+_COMMANDS = {
+    "list": _cmd_list,
+    "show": _cmd_show,
+    "verify": _cmd_verify,
+    "diff": _cmd_diff,
+    "prune": _cmd_prune,
+}
 
 
 def run_archive(args: argparse.Namespace) -> int:
@@ -221,7 +285,10 @@ def run_archive(args: argparse.Namespace) -> int:
     command = getattr(args, "archive_command", None)
     prog = "draft-head-fp8 archive"
     if command not in _COMMANDS:
-        print(f"{prog}: error: choose a command: {', '.join(_COMMANDS)} (see `{prog} --help`)", file=sys.stderr)
+        print(
+            f"{prog}: error: choose a command: {', '.join(_COMMANDS)} (see `{prog} --help`)",
+            file=sys.stderr,
+        )
         return 2
     try:
         arc = Archive(args.root, create=False)
@@ -238,5 +305,8 @@ def run_archive(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug: still one line, never a traceback in an operator's terminal
-        print(f"{prog} {command}: internal error ({type(exc).__name__}: {exc}); please report it", file=sys.stderr)
+        print(
+            f"{prog} {command}: internal error ({type(exc).__name__}: {exc}); please report it",
+            file=sys.stderr,
+        )
         return 1

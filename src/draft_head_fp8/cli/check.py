@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
             f"vocab {t['vocab_size']}, {t['dtype']}"
         )
     if result.eligible:
-        saved = "" if sizes is None else f" ({mib(sizes[0])} -> {mib(sizes[1])} read per draft step)"
+        saved = (
+            "" if sizes is None else f" ({mib(sizes[0])} -> {mib(sizes[1])} read per draft step)"
+        )
         print(
             "verdict    eligible: with VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8=1 the draft lm_head is "
             f"served in FP8{saved}"

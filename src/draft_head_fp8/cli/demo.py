@@ -113,7 +113,9 @@ def render(facts: dict) -> str:
     def row(label: str, left: Any, right: Any) -> None:
         rows.append((label, str(left), str(right)))
 
-    same_after = on["after_generate"]["target_embed_sha256"] == on["after_start"]["target_embed_sha256"]
+    same_after = (
+        on["after_generate"]["target_embed_sha256"] == on["after_start"]["target_embed_sha256"]
+    )
     row("draft head method", a["head_method"], b["head_method"])
     row("draft head kernel", a["head_kernel"] or "unquantized GEMM", b["head_kernel"])
     row("draft head dtype", _dtype(a["head_weight"]), _dtype(b["head_weight"]))
@@ -161,7 +163,9 @@ def render(facts: dict) -> str:
         f"   flag-off run wrote nothing: {_yes(facts['flag_off_wrote_nothing'])}"
     )
     head = facts["diagnostics"]["head"]
-    made_from = head["provenance_verified"] and head["source_sha256"] == head["checkpoint"]["sha256"]
+    made_from = (
+        head["provenance_verified"] and head["source_sha256"] == head["checkpoint"]["sha256"]
+    )
     lines.append(
         f"FP8 bytes made from the checkpoint's embed_tokens: {_yes(made_from)} "
         f"(sha256 {head['source_sha256'][:16]}...); scale {head['scale']:.3e}; "

@@ -81,8 +81,9 @@ V2_CHECKS: tuple[Check, ...] = (
     Check(
         "draft config dimensions",
         "draft config dimensions are missing",
-        lambda r, a: r.get("draft_config_hidden_size") is None
-        or r.get("draft_config_vocab_size") is None,
+        lambda r, a: (
+            r.get("draft_config_hidden_size") is None or r.get("draft_config_vocab_size") is None
+        ),
     ),
     Check(
         "hidden partition = config",
@@ -104,7 +105,9 @@ V2_CHECKS: tuple[Check, ...] = (
         "unexpected online head method",
         lambda r, a: not any(r["head_method"] == m for m in a),
     ),
-    Check("kernel recorded", "kernel selection was not recorded", lambda r, a: not r["head_kernel"]),
+    Check(
+        "kernel recorded", "kernel selection was not recorded", lambda r, a: not r["head_kernel"]
+    ),
     Check(
         "weight/scale metadata",
         "head FP8 weight/scale metadata is incomplete",
@@ -113,14 +116,18 @@ V2_CHECKS: tuple[Check, ...] = (
     Check(
         "weight/scale finite",
         "head FP8 weight/scale is not finite",
-        lambda r, a: get(r["head_weight"], "finite") is not True
-        or get(r["head_weight_scale"], "finite") is not True,
+        lambda r, a: (
+            get(r["head_weight"], "finite") is not True
+            or get(r["head_weight_scale"], "finite") is not True
+        ),
     ),
     Check(
         "scale is one positive scalar",
         "head scale is not one finite positive scalar",
-        lambda r, a: get(r["head_weight_scale"], "shape") != [1]
-        or get(r["head_weight_scale"], "positive_scalar") is not True,
+        lambda r, a: (
+            get(r["head_weight_scale"], "shape") != [1]
+            or get(r["head_weight_scale"], "positive_scalar") is not True
+        ),
     ),
     Check(
         "weight shape [hidden, vocab]",

@@ -56,7 +56,9 @@ def make_runtime_receipt(
     draft_embed = getattr(draft_body, "embed_tokens", None)
     get_language_model = getattr(target_model, "get_language_model", None)
     target_lm = get_language_model() if callable(get_language_model) else target_model
-    target_head = target_lm_head if target_lm_head is not None else getattr(target_lm, "lm_head", None)
+    target_head = (
+        target_lm_head if target_lm_head is not None else getattr(target_lm, "lm_head", None)
+    )
     target_body = _or(getattr(target_lm, "model", None), target_lm)
     target_embed = getattr(target_body, "embed_tokens", None)
 

@@ -21,7 +21,9 @@ def receipt_verdict(document: Any) -> str | None:
     if isinstance(document, dict) and document.get("schema") not in RECEIPT_SCHEMAS:
         known = " or ".join(repr(s) for s in RECEIPT_SCHEMAS)
         return f"schema {document.get('schema')!r} is not {known}"
-    schema_file = RECEIPT_SCHEMAS.get(document.get("schema") if isinstance(document, dict) else None)
+    schema_file = RECEIPT_SCHEMAS.get(
+        document.get("schema") if isinstance(document, dict) else None
+    )
     problems = schemas.errors(schema_file or schemas.RECEIPT_V2, document)
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""

@@ -54,4 +54,6 @@ def errors(name: str, document: Any) -> list[str]:
     if validator.is_valid(document):
         return []
     found = sorted(validator.iter_errors(document), key=lambda e: [str(p) for p in e.absolute_path])
-    return [f"{'/'.join(str(p) for p in e.absolute_path) or '(top level)'}: {e.message}" for e in found]
+    return [
+        f"{'/'.join(str(p) for p in e.absolute_path) or '(top level)'}: {e.message}" for e in found
+    ]

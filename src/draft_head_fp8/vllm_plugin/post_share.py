@@ -84,7 +84,9 @@ def _on_module_registered(parent: torch.nn.Module, name: str, submodule: Any) ->
     return None
 
 
-def _target_language_model(drafter: torch.nn.Module, shared_embed: torch.nn.Module) -> torch.nn.Module:
+def _target_language_model(
+    drafter: torch.nn.Module, shared_embed: torch.nn.Module
+) -> torch.nn.Module:
     for owner in list(_lm_head_owners):
         if owner is drafter:
             continue
@@ -152,4 +154,3 @@ def _archive(receipt: dict, record: dict, rank: int) -> str:
             "writable folder"
         ) from exc
     return str(boot.path)
-
