@@ -32,15 +32,18 @@ TARGET_RATIO = 0.80
 
 def receipt_bytes(i: int) -> bytes:
     """A ~4 KiB post-share receipt shaped like a v2 receipt (values vary per boot)."""
-    snap = lambda dtype, shape: {
-        "dtype": dtype,
-        "shape": shape,
-        "device": "cuda:0",
-        "numel": shape[0] * shape[-1],  # noqa: E731
-        "data_ptr": 140000000000 + i * 4096,
-        "finite": True,
-        "positive_scalar": None,
-    }
+
+    def snap(dtype, shape):
+        return {
+            "dtype": dtype,
+            "shape": shape,
+            "device": "cuda:0",
+            "numel": shape[0] * shape[-1],
+            "data_ptr": 140000000000 + i * 4096,
+            "finite": True,
+            "positive_scalar": None,
+        }
+
     receipt = {
         "schema": "draft-head-fp8-runtime-receipt/v2",
         "phase": "post_share",
@@ -206,7 +209,8 @@ def main() -> int:
 
     lat = result["latency_ms"]
     print(
-        f"archive benchmark: {args.boots} boots x (boot.json + 4 KiB receipt + 1 MiB diagnostics), fsyncs included"
+        f"archive benchmark: {args.boots} boots x (boot.json + 4 KiB receipt + 1 MiB diagnostics), "
+        "fsyncs included"
     )
     print(f"{'operation':<34} {'median':>10} {'p90':>10} {'max':>10}")
     for name, row in lat.items():
@@ -221,10 +225,12 @@ def main() -> int:
     ):
         row = result[key]
         print(
-            f"{name:<34} {row['seconds']:>10.3f} {row['MiB_per_s']:>10.0f} {row['MiB_per_s'] / result['sha256sum']['MiB_per_s']:>13.0%}"
+            f"{name:<34} {row['seconds']:>10.3f} {row['MiB_per_s']:>10.0f} "
+            f"{row['MiB_per_s'] / result['sha256sum']['MiB_per_s']:>13.0%}"
         )
     print(
-        f"\ntarget: verify >= {TARGET_RATIO:.0%} of sha256sum -> {'met' if result['target_met'] else 'NOT met'} ({ratio:.0%})"
+        f"\ntarget: verify >= {TARGET_RATIO:.0%} of sha256sum -> "
+        f"{'met' if result['target_met'] else 'NOT met'} ({ratio:.0%})"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULTS.with_suffix(".json.tmp")

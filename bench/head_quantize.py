@@ -129,7 +129,8 @@ def main() -> None:
     write_json(args.json, result)
     ms = lambda s: f"{s * 1000:.0f} ms"  # noqa: E731
     print(
-        f"262144 x 1024 bf16 head -> float8_e4m3fn on {result['device']}, torch {env['torch']}, {env['torch_threads']} threads, "
+        f"262144 x 1024 bf16 head -> float8_e4m3fn on {result['device']}, torch {env['torch']}, "
+        f"{env['torch_threads']} threads, "
         f"median of {args.runs}, load average at start {env['load_average_at_start'][0]:.2f}"
     )
     print()
@@ -144,7 +145,8 @@ def main() -> None:
         f"{memory['provenance_sha256'] / MIB:.1f} MiB |"
     )
     print(
-        f"| yardstick: one pass over the BF16 bytes | {ms(yard)} | 1.0 | {memory['yardstick'] / MIB:.1f} MiB |"
+        f"| yardstick: one pass over the BF16 bytes | {ms(yard)} | 1.0 | "
+        f"{memory['yardstick'] / MIB:.1f} MiB |"
     )
     print()
     print(

@@ -1,28 +1,29 @@
 """Benchmark: capturing a runtime receipt for a full-size FP8 draft head on this CPU.
 
 The head is Gemma 4's shape: vocab 262144 x hidden 1024. Its weight is ``float8_e4m3fn`` stored
-``[hidden, vocab]`` as the ``.t()`` of a contiguous ``[vocab, hidden]`` tensor (the quantized copy of a
-random BF16 embedding, so the bytes are realistic, not zeros), with an FP32 ``[1]`` scale; the BF16
-``[vocab, hidden]`` embedding is shared between draft and target, and tied to the target's head.
+``[hidden, vocab]`` as the ``.t()`` of a contiguous ``[vocab, hidden]`` tensor (the quantized copy
+of a random BF16 embedding, so the bytes are realistic, not zeros), with an FP32 ``[1]`` scale; the
+BF16 ``[vocab, hidden]`` embedding is shared between draft and target, and tied to the target's
+head.
 
 Measured, all in this process with torch's default thread count, each the median of ``--runs``
 interleaved runs (``--overlay-runs`` for the slow overlay check):
 
-- ``make_runtime_receipt`` (the whole capture: every snapshot, the FP8 finiteness check on raw bytes,
-  the scale check, the identity flags);
+- ``make_runtime_receipt`` (the whole capture: every snapshot, the FP8 finiteness check on raw
+  bytes, the scale check, the identity flags);
 - the yardstick: one plain pass over the FP8 weight's bytes, ``w.view(torch.uint8).max()`` over its
   contiguous storage -- the least any check that reads every byte can cost;
 - the overlay's way for comparison: 8 Mi-element chunks of the same contiguous storage converted to
   float32, then ``torch.isfinite(chunk).all()``.
 
-Peak extra memory is measured in a fresh child process (``--memory-child``), because tracemalloc does
-not see torch's allocations. There, before each operation, the kernel's resident high-water mark
-``VmHWM`` is reset to the current RSS by writing ``5`` to ``/proc/self/clear_refs``; afterwards
+Peak extra memory is measured in a fresh child process (``--memory-child``), because tracemalloc
+does not see torch's allocations. There, before each operation, the kernel's resident high-water
+mark ``VmHWM`` is reset to the current RSS by writing ``5`` to ``/proc/self/clear_refs``; afterwards
 ``VmHWM - VmRSS(before)`` is the most memory the operation ever held resident on top of what was
-there. The child runs with ``MALLOC_MMAP_THRESHOLD_=65536``: a fixed threshold makes glibc serve every
-block of 64 KiB or more with its own mmap and unmap it on free, so a temporary buffer cannot hide in
-heap pages that an earlier free left resident (with the default, dynamic threshold, blocks up to
-32 MiB can be recycled that way and would be invisible to VmHWM). Timings are not taken there.
+there. The child runs with ``MALLOC_MMAP_THRESHOLD_=65536``: a fixed threshold makes glibc serve
+every block of 64 KiB or more with its own mmap and unmap it on free, so a temporary buffer cannot
+hide in heap pages that an earlier free left resident (with the default, dynamic threshold, blocks
+up to 32 MiB can be recycled that way and would be invisible to VmHWM). Timings are not taken there.
 
 Usage: python -m bench.receipt_capture [--runs N] [--overlay-runs N] [--json PATH]
 Run it on an otherwise idle machine: the capture/yardstick ratio is a ratio of two memory-bound
@@ -189,7 +190,8 @@ def main() -> None:
         ),
     ]
     print(
-        f"262144 x 1024 float8_e4m3fn head, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"262144 x 1024 float8_e4m3fn head, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, "
         f"median of {args.runs} runs ({args.overlay_runs} for the overlay check), "
         f"load average at start {load_at_start[0]:.2f}"
     )

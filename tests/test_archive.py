@@ -1,4 +1,5 @@
-"""The per-boot diagnostic archive (docs/contract.md, "Archive"): API, damage detection, pruning, CLI.
+"""The per-boot diagnostic archive (docs/contract.md, "Archive"): API, damage detection, pruning,
+CLI.
 
 Real files in tmp_path throughout; crash and concurrency tests with real processes live in
 test_archive_crash.py.

@@ -29,7 +29,10 @@ WRITER = textwrap.dedent("""
         sys.stdin.readline()
     for _ in range(boots):
         boot = arc.begin_boot()
-        boot.add_bytes("receipts/post_share-rank0.json", json.dumps({"head_method": "M", "pad": "r" * 300}).encode())
+        boot.add_bytes(
+            "receipts/post_share-rank0.json",
+            json.dumps({"head_method": "M", "pad": "r" * 300}).encode(),
+        )
         boot.add_bytes("diagnostics/server.log", b"log line\\n" * 1000)
         boot.add_bytes("diagnostics/env.txt", b"x" * 100)
         boot.seal()
@@ -188,7 +191,8 @@ def test_real_enospc_on_a_full_filesystem(tmp_path):
     )
     if probe.returncode != 0:
         pytest.skip(
-            "cannot mount a small tmpfs here (needs root and unshare); the injected ENOSPC test covers it"
+            "cannot mount a small tmpfs here (needs root and unshare); "
+            "the injected ENOSPC test covers it"
         )
     run = subprocess.run(
         [

@@ -115,7 +115,7 @@ def test_last_chunk_is_checked(monkeypatch):
     assert is_finite(nd) is False
 
 
-# ---------------------------------------------------------------- bounded memory, in a fresh process
+# --------------------------------------------------------------- bounded memory, in a fresh process
 
 MEMORY_PROBE = textwrap.dedent(
     r"""

@@ -1,5 +1,5 @@
-"""Public names (docs/contract.md, "Public names"): importable from the top-level package with the contract's values and
-keyword-only signatures, without importing torch or vLLM."""
+"""Public names (docs/contract.md, "Public names"): importable from the top-level package with the
+contract's values and keyword-only signatures, without importing torch or vLLM."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def _heavy_modules_after(code):
     probe = (
         f"{code}\n"
         "import json, sys\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm'))))\n"
+        "print(json.dumps(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('torch', 'vllm'))))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
@@ -55,7 +56,8 @@ def test_core_modules_load_neither_torch_nor_vllm():
         "    validate({})\n"
         "except draft_head_fp8.HeadFp8EligibilityError:\n"
         "    pass\n"
-        "draft_head_fp8.eligibility(layer=None, quant_config=None, role='draft', prefix='lm_head', enabled=True,\n"
+        "draft_head_fp8.eligibility(layer=None, quant_config=None, role='draft', prefix='lm_head',"
+        " enabled=True,\n"
         "    ordered_embeddings=False, tie_word_embeddings=True)\n"
         "draft_head_fp8.env_enabled({})\n"
     )

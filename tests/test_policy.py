@@ -1,8 +1,9 @@
-"""The policy (docs/contract.md, "Public names" and "Policy"): env flag, online-spec extraction, LM-head detection, the eight
-rules in order with their exact reasons, and the raise rule of ``select_draft_head_method``.
+"""The policy (docs/contract.md, "Public names" and "Policy"): env flag, online-spec extraction,
+LM-head detection, the eight rules in order with their exact reasons, and the raise rule of
+``select_draft_head_method``.
 
-vLLM's real ``ParallelLMHead`` and ``OnlineQuantizationConfig`` are used where the contract names them;
-vLLM's import costs several seconds, so it happens once, in module-scoped fixtures.
+vLLM's real ``ParallelLMHead`` and ``OnlineQuantizationConfig`` are used where the contract names
+them; vLLM's import costs several seconds, so it happens once, in module-scoped fixtures.
 """
 
 from __future__ import annotations
@@ -462,7 +463,8 @@ def test_real_vllm_parallel_lm_head_without_type(vllm_head_cls):
 
 
 def test_real_vllm_refuses_lookalikes_when_vllm_imports(vllm_head_cls):
-    # With vLLM importable the check is isinstance against vLLM's class: a name lookalike is refused.
+    # With vLLM importable the check is isinstance against vLLM's class: a name lookalike is
+    # refused.
     decision = eligibility(**base_kwargs(layer=FakeNamedHead(), parallel_lm_head_type=None))
     assert decision.reason == "layer is not ParallelLMHead"
     base = vllm_head_cls.__mro__[1]  # VocabParallelEmbedding: an embedding, not a head

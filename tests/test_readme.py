@@ -59,7 +59,8 @@ def test_every_readme_command_is_covered_below():
 
 
 def make_dry_run(target: str) -> str:
-    """The last command ``make TARGET`` would run (as if typed at a prompt, not from inside make)."""
+    """The last command ``make TARGET`` would run (as if typed at a prompt, not from inside
+    make)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
     out = subprocess.run(
         ["make", "--no-print-directory", "-n", target],
@@ -110,7 +111,8 @@ def test_check_with_placeholders(tmp_path):
 
 @pytest.mark.engine
 def test_demo_and_the_archive_commands(tmp_path):
-    """`make demo` runs `draft-head-fp8 demo` (checked above); run that, with --json, as CI would."""
+    """`make demo` runs `draft-head-fp8 demo` (checked above); run that, with --json, as CI
+    would."""
     cache, out = tmp_path / "cache", tmp_path / "demo.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "DRAFT_HEAD_FP8_"))}
     env.update(

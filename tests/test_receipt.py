@@ -1,6 +1,6 @@
-"""Receipt capture (docs/contract.md, "Receipt v2") from real CPU torch modules: a BF16 embedding shared between
-draft and target, a ``float8_e4m3fn`` head weight stored ``[hidden, vocab]`` (the ``.t()`` of a
-contiguous ``[vocab, hidden]`` tensor) and an FP32 ``[1]`` scale.
+"""Receipt capture (docs/contract.md, "Receipt v2") from real CPU torch modules: a BF16 embedding
+shared between draft and target, a ``float8_e4m3fn`` head weight stored ``[hidden, vocab]`` (the
+``.t()`` of a contiguous ``[vocab, hidden]`` tensor) and an FP32 ``[1]`` scale.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Fail-closed validation (docs/contract.md, "Validation"): every check, triggered alone from a valid receipt
-with its exact message, their order, and property tests: nothing but ``HeadFp8EligibilityError``
-escapes, and no change to a gated field is accepted.
+"""Fail-closed validation (docs/contract.md, "Validation"): every check, triggered alone from a
+valid receipt with its exact message, their order, and property tests: nothing but
+``HeadFp8EligibilityError`` escapes, and no change to a gated field is accepted.
 """
 
 from __future__ import annotations
@@ -166,7 +166,9 @@ MESSAGES = {
     "weight/scale metadata": "head FP8 weight/scale metadata is incomplete",
     "weight/scale finite": "head FP8 weight/scale is not finite",
     "scale is one positive scalar": "head scale is not one finite positive scalar",
-    "weight shape [hidden, vocab]": "processed head shape does not match [hidden, vocab] logical shape",
+    "weight shape [hidden, vocab]": (
+        "processed head shape does not match [hidden, vocab] logical shape"
+    ),
     "weight is FP8": "head weight is not an FP8 dtype",
     "head not the draft embedding": "head still aliases draft input embedding",
     "head not the target embedding": "head aliases target input embedding",
@@ -512,17 +514,17 @@ def test_deep_nesting_is_refused_by_name():
 # ---------------------------------------------------------------- properties
 
 # "Gated": a key whose value some contract check reads. For a single-field change to a valid receipt
-# (every other field as in valid_receipt()), the gate of a key is exactly the set of values that
-# the contract's checks reading it accept, written below from the contract's own predicates (identity for
-# `is True`/`is False`, Python `==` for `!=`, substring tests on `str(value).lower()` or
+# (every other field as in valid_receipt()), the gate of a key is exactly the set of values that the
+# contract's checks reading it accept, written below from the contract's own predicates (identity
+# for `is True`/`is False`, Python `==` for `!=`, substring tests on `str(value).lower()` or
 # `str(value)`, truthiness for "falsy"). "No mutation of a gated field is accepted" then means:
 # validation passes after the change only when the new value is in the gate -- the only values
-# different from the original it can accept are its equivalents under the check itself (1.0 or
-# True for tp size 1, [1024.0, 262144] for the shape, another string still containing "float8"
-# or "bfloat16", still ending with ".ParallelLMHead", another accepted method name, any truthy
-# kernel name) -- and it passes for every such value (validation is no stricter than the contract).
-# Strict gates (eligible, the three alias flags, finite, positive_scalar) admit only the original
-# object (True/False by identity). Ungated keys (schema, phase, eligibility_reason, role, prefix,
+# different from the original it can accept are its equivalents under the check itself (1.0 or True
+# for tp size 1, [1024.0, 262144] for the shape, another string still containing "float8" or
+# "bfloat16", still ending with ".ParallelLMHead", another accepted method name, any truthy kernel
+# name) -- and it passes for every such value (validation is no stricter than the contract). Strict
+# gates (eligible, the three alias flags, finite, positive_scalar) admit only the original object
+# (True/False by identity). Ungated keys (schema, phase, eligibility_reason, role, prefix,
 # ordered_embeddings, tie_word_embeddings, quant_spec, head_method_module, draft/target embedding
 # methods, device/numel/data_ptr of snapshots, unknown keys) are never read: anything passes.
 # target_embed is gated on presence only (check 1).

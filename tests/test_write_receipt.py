@@ -1,6 +1,6 @@
-"""Write-once receipt files (docs/contract.md, "Receipt file"): exact bytes, parents, never overwrite, racing writers
-in real processes, SIGKILL at random instants, and the named-temporary fallback of
-``durable.create_exclusive`` for filesystems without ``O_TMPFILE``.
+"""Write-once receipt files (docs/contract.md, "Receipt file"): exact bytes, parents, never
+overwrite, racing writers in real processes, SIGKILL at random instants, and the named-temporary
+fallback of ``durable.create_exclusive`` for filesystems without ``O_TMPFILE``.
 
 No torch here: child processes import only the package.
 """

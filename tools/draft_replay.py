@@ -80,8 +80,8 @@ def unrolled_draft(
     can be trained at once. With ``teacher_forced=False``, steps 2+ get the previous step's own
     argmax instead, as vLLM drafts. ``hidden_out``, a list, receives each step's final-normed draft
     hidden state (what the draft head is applied to). ``head``, a callable on those hidden states,
-    replaces the assistant's own ``lm_head`` (e.g. an FP8 head). Returns ``(logits per step [B, P, vocab],
-    queries)``."""
+    replaces the assistant's own ``lm_head`` (e.g. an FP8 head). Returns
+    ``(logits per step [B, P, vocab], queries)``."""
     import torch
 
     batch, length = tokens.shape

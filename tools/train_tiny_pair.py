@@ -1,4 +1,5 @@
-"""Train the tiny Gemma 4 target + MTP assistant pair that ships in ``draft_head_fp8/data/tiny_pair``.
+"""Train the tiny Gemma 4 target + MTP assistant pair that ships in
+``draft_head_fp8/data/tiny_pair``.
 
 Random weights accept no draft tokens, so acceptance evidence needs a pair that was trained. This
 module trains one on CPU in a few minutes, deterministically (seeded, fixed step counts), from
@@ -27,8 +28,8 @@ What is trained, and why it matches what vLLM runs
    - its input is ``pre_projection(cat(E_target(x) * sqrt(backbone_hidden), h))``: ``E_target`` is
      the *target's* token embedding (the proposer shares it with the draft), ``x`` the token after
      ``i`` (step 1: the target's own token ``t[i+1]``; step ``k``: the token of step ``k-1``,
-     teacher-forced to ``t[i+k]`` in training), ``h`` the target's final-normed hidden state at ``i``
-     (step 1) or the previous draft step's ``post_projection`` output (steps 2+);
+     teacher-forced to ``t[i+k]`` in training), ``h`` the target's final-normed hidden state at
+     ``i`` (step 1) or the previous draft step's ``post_projection`` output (steps 2+);
    - every draft layer is KV-shared: it attends to the K/V the *target's* last layer of the same
      type (sliding / full) wrote for positions ``0..i`` (causal, inclusive; sliding: the last
      ``sliding_window`` of them); no draft K/V exists;
@@ -351,7 +352,8 @@ def train_pair(
         )
         generate_s = time.monotonic() - t0
         log(
-            f"self-distillation: {generated.shape[0]} greedy target continuations in {generate_s:.1f}s"
+            f"self-distillation: {generated.shape[0]} greedy target continuations "
+            f"in {generate_s:.1f}s"
         )
         t0 = time.monotonic()
         assistant_info = train_assistant(
@@ -423,7 +425,8 @@ def train_pair(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.train_tiny_pair",
-        description="Train the tiny Gemma 4 target + MTP assistant pair on stdlib docstrings (CPU, minutes).",
+        description="Train the tiny Gemma 4 target + MTP assistant pair on stdlib docstrings "
+        "(CPU, minutes).",
     )
     parser.add_argument("out", help="output folder (gets target/, assistant/, training.json)")
     parser.add_argument(

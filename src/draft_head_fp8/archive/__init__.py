@@ -1,5 +1,5 @@
-"""Per-boot diagnostic archive (docs/contract.md, "Archive"): every engine start's receipts and diagnostics,
-byte for byte, in a numbered folder sealed by a manifest, the manifests hash-chained.
+"""Per-boot diagnostic archive (docs/contract.md, "Archive"): every engine start's receipts and
+diagnostics, byte for byte, in a numbered folder sealed by a manifest, the manifests hash-chained.
 
 One concern per module; the vocabulary (names on disk, schema ids, modes) is layout.py's:
 

@@ -32,13 +32,16 @@ class _BadInput(ArchiveError):
 # -------------------------------------------------------------------------------------------- CLI
 
 _EXAMPLES = {
-    "archive": "examples:\n  draft-head-fp8 archive list\n  draft-head-fp8 archive verify --root /var/lib/draft-head-fp8",
+    "archive": "examples:\n  draft-head-fp8 archive list\n"
+    "  draft-head-fp8 archive verify --root /var/lib/draft-head-fp8",
     "list": "example:\n  draft-head-fp8 archive list --root /var/lib/draft-head-fp8 --json",
     "show": "example:\n  draft-head-fp8 archive show -1        # the newest boot\n"
     "  draft-head-fp8 archive show 12 --json  # by sequence number (or launch id)",
-    "verify": "example:\n  draft-head-fp8 archive verify --root /var/lib/draft-head-fp8 && echo intact\n\n"
+    "verify": "example:\n"
+    "  draft-head-fp8 archive verify --root /var/lib/draft-head-fp8 && echo intact\n\n"
     "exit status: 0 all intact, 1 something is wrong (every problem is printed), 2 bad input",
-    "diff": "example:\n  draft-head-fp8 archive diff -2 -1      # what changed between the last two boots",
+    "diff": "example:\n"
+    "  draft-head-fp8 archive diff -2 -1      # what changed between the last two boots",
     "prune": "example:\n  draft-head-fp8 archive prune --keep 100 --dry-run\n\n"
     "Deletes whole sealed boots, oldest first in chain order; incomplete boots are never touched.",
 }
@@ -58,8 +61,8 @@ def add_archive_parser(subparsers) -> argparse.ArgumentParser:
         subparsers.add_parser(
             "archive",
             help="per-boot diagnostic archive: list, show, verify, diff, prune",
-            description="The per-boot diagnostic archive: every engine start's receipts and diagnostics, "
-            "byte for byte, sealed by a manifest and chained.",
+            description="The per-boot diagnostic archive: every engine start's receipts and "
+            "diagnostics, byte for byte, sealed by a manifest and chained.",
             epilog=_EXAMPLES["archive"],
             formatter_class=fmt,
         )
@@ -126,12 +129,14 @@ def _cmd_list(arc: Archive, args) -> int:
         print(f"(no boots in {arc.root})", file=sys.stderr)
         return 0
     print(
-        f"{'SEQ':>8}  {'LAUNCH ID':<32}  {'STATUS':<10}  {'STARTED':<27}  {'HOST':<16}  {'FILES':>5}  SIZE"
+        f"{'SEQ':>8}  {'LAUNCH ID':<32}  {'STATUS':<10}  {'STARTED':<27}  "
+        f"{'HOST':<16}  {'FILES':>5}  SIZE"
     )
     for r in rows:
         print(
-            f"{r['seq']:>8}  {r['launch_id']:<32}  {r['status']:<10}  {r['started_at'] or '-':<27}  "
-            f"{(r['host'] or '-')[:16]:<16}  {r['files']:>5}  {_human(r['bytes'])}"
+            f"{r['seq']:>8}  {r['launch_id']:<32}  {r['status']:<10}  "
+            f"{r['started_at'] or '-':<27}  {(r['host'] or '-')[:16]:<16}  "
+            f"{r['files']:>5}  {_human(r['bytes'])}"
             + (f"  expected {_expected_count(r)}" if r["expected_files"] is not None else "")
         )
     return 0
@@ -182,7 +187,8 @@ def _cmd_show(arc: Archive, args) -> int:
     else:
         prev = manifest.get("previous_boot") or "(start of chain)"
         print(
-            f"  sealed at:   {manifest.get('sealed_at')}  (chain index {manifest.get('chain_index')}, previous {prev})"
+            f"  sealed at:   {manifest.get('sealed_at')}  "
+            f"(chain index {manifest.get('chain_index')}, previous {prev})"
         )
     print("  files:")
     for path, size in files:
@@ -203,7 +209,8 @@ def _cmd_verify(arc: Archive, args) -> int:
             ""
             if waits is None
             else (
-                f"; expected {len(waits['present'])}/{len(waits['present']) + len(waits['missing'])}"
+                f"; expected {len(waits['present'])}/"
+                f"{len(waits['present']) + len(waits['missing'])}"
                 f" files present, missing: {', '.join(waits['missing']) or 'none'}"
             )
         )
@@ -236,7 +243,8 @@ def _cmd_diff(arc: Archive, args) -> int:
         def show(changes):
             for c in changes:
                 print(
-                    f"  {c['key']}: {_show_value(c['a'], c['in_a'])} -> {_show_value(c['b'], c['in_b'])}"
+                    f"  {c['key']}: {_show_value(c['a'], c['in_a'])} -> "
+                    f"{_show_value(c['b'], c['in_b'])}"
                 )
 
         print(f"identity ({BOOT_JSON}):" + ("" if result["identity"] else " same"))
@@ -261,7 +269,8 @@ def _cmd_prune(arc: Archive, args) -> int:
         return 0
     verb = "would delete" if result.dry_run else "deleted"
     print(
-        f"{verb} {len(result.pruned)} sealed boot(s){': ' + ', '.join(result.pruned) if result.pruned else ''}"
+        f"{verb} {len(result.pruned)} sealed boot(s)"
+        f"{': ' + ', '.join(result.pruned) if result.pruned else ''}"
     )
     print(
         f"kept {len(result.kept_sealed)} sealed, {len(result.incomplete)} incomplete (never pruned)"
