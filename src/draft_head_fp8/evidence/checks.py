@@ -1,9 +1,10 @@
 """The post-share checks: fail-closed validation of a runtime receipt, and the per-check report.
 
-One table per receipt version serves both the gate (``validate_post_share_receipt``: the first
-failing check raises its message) and the report people read (``check_results``: every check by
-label with its verdict). Labels, order and messages are the contract (docs/contract.md); tests
-name checks by label, never by position.
+One table per receipt version (v2; v3 reads six of v2's checks through the weight layout and the
+tensor-parallel facts, then adds its own) serves both the gate (``validate_post_share_receipt``:
+the first failing check raises its message) and the report people read (``check_results``:
+every check by label with its verdict). Labels, order and messages are the contract
+(docs/contract.md); tests name checks by label, never by position.
 
 Whatever it is given, validation raises nothing but ``HeadFp8EligibilityError``.
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from draft_head_fp8.evidence import RECEIPT_V3
 from draft_head_fp8.policy import EXPECTED_METHOD, HeadFp8EligibilityError
 
 # This package's own vLLM head method; a string, so that validation needs no vLLM import.
@@ -173,15 +175,153 @@ V2_CHECKS: tuple[Check, ...] = (
 )
 
 
+# ---------------------------------------------------------------- v3: read through layout and TP
+
+V3_REQUIRED_KEYS = REQUIRED_KEYS + (
+    "head_weight_layout",
+    "head_weight_logical_shape",
+    "head_weight_scale_stored",
+    "head_kernel_scale_equals_stored",
+    "tp_rank",
+    "tp_size",
+    "head_vocab_padded_size",
+    "head_vocab_range",
+    "head_real_vocab_range",
+)
+_PACKED = "convert_weight_packed"
+_LAYOUTS = ("plain", _PACKED)
+_K_BLOCK = 128  # the CPU kernel's K block: its block scale has ceil(hidden / 128) entries
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _pair(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(_is_int(v) for v in value)
+
+
+def _shard_inconsistent(r: Mapping, a: tuple[str, ...]) -> bool:
+    size, rank, padded = r["tp_size"], r["tp_rank"], r["head_vocab_padded_size"]
+    rows, where = r.get("head_partition_vocab_size"), r["head_vocab_range"]
+    if not all(_is_int(v) for v in (size, rank, padded, rows)) or not _pair(where):
+        return True
+    if size < 1 or not 0 <= rank < size or r["head_tp_size"] != size or padded % size:
+        return True
+    per = padded // size
+    return rows != per or where != [rank * per, (rank + 1) * per]
+
+
+def _vocab_not_config(r: Mapping, a: tuple[str, ...]) -> bool:
+    vocab, where, real = (
+        r["draft_config_vocab_size"],
+        r["head_vocab_range"],
+        r["head_real_vocab_range"],
+    )
+    if not _is_int(vocab) or not _pair(where) or not _pair(real):
+        return True
+    start, end = where
+    # The padded vocabulary must cover the config's, and this shard's real tokens must be its
+    # rows clipped to the config's vocabulary: nothing more, nothing less.
+    return r["head_vocab_padded_size"] < vocab or real != [min(start, vocab), min(end, vocab)]
+
+
+def _v3_incomplete(r: Mapping, a: tuple[str, ...]) -> bool:
+    stored = r["head_weight_scale_stored"]
+    return _weight_or_scale_incomplete(r, a) or not stored or not get(stored, "dtype")
+
+
+def _v3_not_finite(r: Mapping, a: tuple[str, ...]) -> bool:
+    return any(
+        get(r[key], "finite") is not True
+        for key in ("head_weight", "head_weight_scale", "head_weight_scale_stored")
+    )
+
+
+def _v3_scale(r: Mapping, a: tuple[str, ...]) -> bool:
+    stored = r["head_weight_scale_stored"]
+    return get(stored, "shape") != [1] or get(stored, "positive_scalar") is not True
+
+
+def _v3_shape(r: Mapping, a: tuple[str, ...]) -> bool:
+    layout, logical = r["head_weight_layout"], r["head_weight_logical_shape"]
+    if not _pair(logical) or logical != r["head_expected_weight_shape"]:
+        return True
+    if layout not in _LAYOUTS:
+        return False  # the stored shape is unreadable; refused by name in "weight layout known"
+    physical = get(r["head_weight"], "shape")
+    return physical != (logical if layout == "plain" else [logical[1], logical[0]])
+
+
+def _kernel_scale_not_stored(r: Mapping, a: tuple[str, ...]) -> bool:
+    if r["head_kernel_scale_equals_stored"] is not True:
+        return True
+    shape, hidden = get(r["head_weight_scale"], "shape"), r.get("head_partition_hidden_size")
+    if r["head_weight_layout"] == "plain":
+        return shape != [1]
+    return not _is_int(hidden) or shape != [1, -(-hidden // _K_BLOCK)]
+
+
+# The v2 checks that v3 reads through the layout and the TP facts, by label.
+_V3_READINGS: dict[str, Check] = {
+    "tensor parallel 1": Check(
+        "tensor parallel shard",
+        "head TP rank, size and vocab range do not match its partition",
+        _shard_inconsistent,
+    ),
+    "vocab partition = config": Check(
+        "vocab partition = config",
+        "head vocab partition does not match draft config",
+        _vocab_not_config,
+    ),
+    "weight/scale metadata": Check(
+        "weight/scale metadata", "head FP8 weight/scale metadata is incomplete", _v3_incomplete
+    ),
+    "weight/scale finite": Check(
+        "weight/scale finite", "head FP8 weight/scale is not finite", _v3_not_finite
+    ),
+    "scale is one positive scalar": Check(
+        "scale is one positive scalar", "head scale is not one finite positive scalar", _v3_scale
+    ),
+    "weight shape [hidden, vocab]": Check(
+        "weight shape [hidden, vocab]",
+        "processed head shape does not match [hidden, vocab] logical shape",
+        _v3_shape,
+    ),
+}
+V3_CHECKS: tuple[Check, ...] = tuple(_V3_READINGS.get(c.label, c) for c in V2_CHECKS) + (
+    Check(
+        "weight layout known",
+        "head weight layout is neither plain nor convert_weight_packed",
+        lambda r, a: r["head_weight_layout"] not in _LAYOUTS,
+    ),
+    Check(
+        "kernel reads the stored scale",
+        "head kernel scale does not equal the stored per-tensor scale",
+        _kernel_scale_not_stored,
+    ),
+)
+
+
+def _is_v3(receipt: Any) -> bool:
+    # Only a string can name v3; anything else is judged as v2, whose checks never read schema.
+    schema = get(receipt, "schema")
+    return type(schema) is str and schema == RECEIPT_V3
+
+
 def checks_for(receipt: Any) -> tuple[Check, ...]:
-    """The table that judges this receipt: by its ``schema`` (anything not v3 is judged as v2,
-    whose checks ignore ``schema``, as the overlay's did)."""
-    return V2_CHECKS
+    """The table that judges this receipt: v3's when it says it is v3, else v2's (whose checks
+    ignore ``schema``, as the overlay's did)."""
+    return V3_CHECKS if _is_v3(receipt) else V2_CHECKS
+
+
+def required_for(receipt: Any) -> tuple[str, ...]:
+    return V3_REQUIRED_KEYS if _is_v3(receipt) else REQUIRED_KEYS
 
 
 def _missing(receipt: Any) -> list[str]:
     present = receipt if isinstance(receipt, Mapping) else {}
-    return [key for key in REQUIRED_KEYS if key not in present]
+    return [key for key in required_for(receipt) if key not in present]
 
 
 def _accepted(accepted_methods: Iterable[str] | None) -> tuple[str, ...]:
@@ -242,6 +382,6 @@ def check_results(receipt: Any, *, accepted_methods: Iterable[str] | None = None
 
 
 def messages(receipt_schema: str | None = None) -> dict[str, str]:
-    """label -> message for every check of a receipt version (v2 unless v3 is named)."""
+    """label -> message for every check of a receipt version (v2 unless v3 is named), in order."""
     table = checks_for({"schema": receipt_schema})
     return {check.label: check.message for check in table}

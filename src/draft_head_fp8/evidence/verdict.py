@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from draft_head_fp8 import schemas
-from draft_head_fp8.evidence import RECEIPT_V2
+from draft_head_fp8.evidence import RECEIPT_V2, RECEIPT_V3
 from draft_head_fp8.evidence.checks import validate_post_share_receipt
 from draft_head_fp8.policy import HeadFp8EligibilityError
 
 # schema id -> the JSON Schema file it must match
-RECEIPT_SCHEMAS = {RECEIPT_V2: schemas.RECEIPT_V2}
+RECEIPT_SCHEMAS = {RECEIPT_V2: schemas.RECEIPT_V2, RECEIPT_V3: schemas.RECEIPT_V3}
 
 
 def receipt_verdict(document: Any) -> str | None:

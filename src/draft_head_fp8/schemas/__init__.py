@@ -11,7 +11,9 @@ from importlib import resources
 from typing import Any
 
 RECEIPT_V2 = "runtime-receipt-v2"
+RECEIPT_V3 = "runtime-receipt-v3"
 DIAGNOSTICS_V1 = "diagnostics-v1"
+DIAGNOSTICS_V2 = "diagnostics-v2"
 
 
 @cache
