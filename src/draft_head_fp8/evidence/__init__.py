@@ -28,3 +28,13 @@ def receipt_path(rank: int, phase: str = POST_SHARE) -> str:
 def diagnostics_path(rank: int, phase: str = POST_SHARE) -> str:
     """Where a rank's diagnostics record lives inside a boot, beside its receipt."""
     return f"diagnostics/{phase}-rank{rank}.json"
+
+
+# A tensor-parallel boot's cross-rank record, written once by rank 0.
+RANKS_PATH = "diagnostics/ranks.json"
+
+
+def boot_files(tp_size: int) -> list[str]:
+    """Every file a boot of ``tp_size`` ranks must hold before it is sealed."""
+    files = [path(rank) for rank in range(tp_size) for path in (receipt_path, diagnostics_path)]
+    return files + ([RANKS_PATH] if tp_size > 1 else [])

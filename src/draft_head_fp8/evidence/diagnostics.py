@@ -2,15 +2,19 @@
 
 Where the FP8 bytes came from (the SHA-256 of the BF16 rows quantized and of the checkpoint
 tensor), how the per-tensor scale fits the head's rows, the kernel chosen and the one vLLM would
-have chosen, timings, and the validation verdict. Built here only; the JSON Schema is
-``schemas/diagnostics-v1.schema.json``.
+have chosen, timings, what the exact draft-token pick rescores from (``exact_pick``), and the
+validation verdict. Built here only; JSON Schemas ``schemas/diagnostics-v2.schema.json`` (and
+v1, which archives from before the exact pick hold) and ``schemas/ranks-v1.schema.json`` for the
+cross-rank record of a tensor-parallel boot.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from draft_head_fp8.evidence import DIAGNOSTICS_V1
+from draft_head_fp8.evidence import DIAGNOSTICS_V2
+
+RANKS_V1 = "draft-head-fp8-ranks/v1"
 
 
 def head_record(
@@ -23,6 +27,9 @@ def head_record(
     kernel: str,
     vllm_default_kernel: str | None,
     seconds: dict[str, float],
+    weight_layout: str = "plain",
+    kernel_warning: str | None = None,
+    amax_local: float | None = None,
 ) -> dict:
     """The head's facts at load. ``source``: the BF16 tensor quantized; ``quantized``: the
     ``fp8.QuantizedHead`` made from it; ``checkpoint``: the checkpoint tensor's hash facts."""
@@ -31,6 +38,8 @@ def head_record(
         "source_shape": [int(d) for d in source.shape],
         "source_rows_hashed": rows_hashed,
         "source_sha256": source_sha256,
+        # Where the hashed tensor lives: the exact pick's rows must be this very storage.
+        "source_data_ptr": int(source.data_ptr()),
         "checkpoint": checkpoint,
         "provenance_verified": checkpoint is not None,
         "amax": quantized.amax,
@@ -43,15 +52,40 @@ def head_record(
         # repacks the weight out of the layout the receipt proves (e.g. AMX on CPU).
         "vllm_default_kernel": vllm_default_kernel,
         "seconds": {name: round(value, 6) for name, value in seconds.items()},
+        "weight_layout": weight_layout,
+        # Why this head is slower than it could be, as said at start-up (None: it is not).
+        "kernel_warning": kernel_warning,
+        # This shard's own amax; "amax" is the whole head's, which sets the one scale.
+        "amax_local": quantized.amax if amax_local is None else amax_local,
     }
 
 
-def record(*, phase: str, rank: int, target_class: str, head: dict, failure: str | None) -> dict:
+def record(
+    *,
+    phase: str,
+    rank: int,
+    target_class: str,
+    head: dict,
+    exact_pick: dict,
+    failure: str | None,
+) -> dict:
     return {
-        "schema": DIAGNOSTICS_V1,
+        "schema": DIAGNOSTICS_V2,
         "phase": phase,
         "rank": rank,
         "target_class": target_class,
         "head": head,
+        "exact_pick": exact_pick,
         "validation": {"passed": failure is None, "reason": failure},
+    }
+
+
+def ranks_record(*, tp_size: int, summaries: list[dict], problems: list[str]) -> dict:
+    """What the ranks of one tensor-parallel boot told each other, and the verdict."""
+    return {
+        "schema": RANKS_V1,
+        "tp_size": tp_size,
+        "ranks": sorted(summaries, key=lambda s: s["rank"]),
+        "problems": problems,
+        "passed": not problems,
     }
