@@ -40,3 +40,50 @@ def free_port() -> int:
 
 def tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+# The demo's prompts, long enough answers for a few dozen drafts: what the engine tests serve on
+# the shipped trained pair, whose drafts are accepted (random weights accept nothing, which
+# would make equal spec-decode counters meaningless).
+PROMPTS = [
+    "Return a new list containing",
+    "This module provides",
+    "Create a new dictionary with",
+    "The default value is",
+    "Raise ValueError if",
+    "Return True if the",
+]
+SERVE_ARGS = (
+    "--max-tokens",
+    "48",
+    "--draft-agreement",
+    *[a for p in PROMPTS for a in ("--prompt", p)],
+)
+
+
+class EngineRun:
+    """One finished engine process of a test, with the folders it used."""
+
+    def __init__(self, tmp: Path, archive: Path, launch: harness.Launch) -> None:
+        self.tmp, self.archive, self.launch = tmp, archive, launch
+
+    @property
+    def facts(self) -> dict:
+        assert self.launch.ok, self.launch.tail(60)
+        return self.launch.facts
+
+
+def serve(tmp: Path, pair, *, flag: bool, env: dict | None = None, args: tuple = ()) -> EngineRun:
+    archive = tmp / "archive"
+    environment = {**engine_env(tmp, flag=flag, archive=archive), **(env or {})}
+    return EngineRun(tmp, archive, run_engine(tmp, pair, environment, *SERVE_ARGS, *args))
+
+
+def without_pointers(receipt: dict) -> dict:
+    """A receipt minus tensor addresses, which differ from process to process."""
+    return {
+        key: {k: v for k, v in value.items() if k != "data_ptr"}
+        if isinstance(value, dict)
+        else value
+        for key, value in receipt.items()
+    }

@@ -1,7 +1,8 @@
 """The real vLLM engine (CPU build) on tiny real Gemma 4 checkpoints, flag off and on.
 
 Each engine runs in its own subprocess: vLLM loads plugins once per process and the plugin reads
-the flag then. These tests are slow (an engine start is ~10 s here), so they share checkpoints.
+the flag then. Engine starts are the cost of this suite, so the flag-off and flag-on runs of the
+shipped trained pair are shared (conftest.py) and several assertions read each run.
 """
 
 from __future__ import annotations
@@ -10,51 +11,39 @@ import json
 import struct
 
 import pytest
-from engine_support import STOCK_MTP, engine_env, run_engine, tree
+import torch
+from engine_support import (
+    SERVE_ARGS,
+    STOCK_MTP,
+    engine_env,
+    run_engine,
+    serve,
+    tree,
+    without_pointers,
+)
+from safetensors.torch import load_file
 
 from draft_head_fp8 import schemas, validate_post_share_receipt
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.checkpoint import tensor_bytes_sha256
 from draft_head_fp8.evidence import diagnostics_path, receipt_path
+from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.tiny import build_tiny_pair
 
 pytestmark = pytest.mark.engine
+W8A16 = (
+    "CPUFp8PerTensorScaledMMLinearKernel"
+    if torch.cpu._is_amx_tile_supported()
+    else ("CPUFp8W8A16HeadKernel")
+)
 
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     root = tmp_path_factory.mktemp("pairs")
     return {
-        "dense": build_tiny_pair(root / "dense", seed=1),
         "ordered": build_tiny_pair(root / "ordered", ordered_embeddings=True, seed=2),
         "untied": build_tiny_pair(root / "untied", untied=True, seed=3),
-    }
-
-
-@pytest.fixture(scope="module")
-def flag_off_run(pairs, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("off")
-    archive = tmp / "archive"
-    run = run_engine(tmp, pairs["dense"], engine_env(tmp, flag=False, archive=archive))
-    assert run.ok, run.tail(40)
-    return tmp, archive, run.facts
-
-
-@pytest.fixture(scope="module")
-def flag_on_run(pairs, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("on")
-    archive = tmp / "archive"
-    run = run_engine(tmp, pairs["dense"], engine_env(tmp, flag=True, archive=archive))
-    assert run.ok, run.tail(40)
-    return tmp, archive, run.facts
-
-
-def _without_pointers(receipt):
-    return {
-        key: {k: v for k, v in value.items() if k != "data_ptr"}
-        if isinstance(value, dict)
-        else value
-        for key, value in receipt.items()
     }
 
 
@@ -64,9 +53,20 @@ def _only_boot(archive):
     return boots[0]
 
 
-def test_flag_off_is_stock_vllm(pairs, flag_off_run, tmp_path):
-    tmp, archive, off = flag_off_run
-    run = run_engine(tmp_path, pairs["dense"], engine_env(tmp_path, flag=False, plugins=False))
+def _archived(archive):
+    boot = _only_boot(archive)
+    return (
+        boot,
+        json.loads(boot.read_bytes(receipt_path(0))),
+        json.loads(boot.read_bytes(diagnostics_path(0))),
+    )
+
+
+def test_flag_off_is_stock_vllm(shipped, tp1_off, tmp_path):
+    off = tp1_off.facts
+    run = run_engine(
+        tmp_path, shipped, engine_env(tmp_path, flag=False, plugins=False), *SERVE_ARGS
+    )
     assert run.ok, run.tail(40)
     stock = run.facts
     assert off["token_ids"] == stock["token_ids"]
@@ -77,46 +77,48 @@ def test_flag_off_is_stock_vllm(pairs, flag_off_run, tmp_path):
         assert facts["receipt"]["head_method"] == "UnquantizedEmbeddingMethod"
         assert facts["receipt"]["head_weight"]["dtype"] == "torch.bfloat16"
     # The same observation of both: identical receipts of the stock head (but for addresses).
-    assert _without_pointers(off["after_start"]["receipt"]) == _without_pointers(
+    assert without_pointers(off["after_start"]["receipt"]) == without_pointers(
         stock["after_start"]["receipt"]
     )
     # The plugin was loaded (it is installed) but did nothing: no module, no hook, no file.
     assert off["after_start"]["plugin_modules"] == []
-    assert (
-        off["after_start"]["module_registration_hooks"]
-        == stock["after_start"]["module_registration_hooks"]
-    )
-    assert not archive.exists()
-    assert tree(tmp / "state") == []
-    assert tree(tmp / "home") == []
+    hooks = off["after_start"]["module_registration_hooks"]
+    assert hooks == stock["after_start"]["module_registration_hooks"]
+    assert not tp1_off.archive.exists()
+    assert tree(tp1_off.tmp / "state") == []
+    assert tree(tp1_off.tmp / "home") == []
 
 
-def test_flag_on_serves_an_fp8_draft_head_and_proves_it(pairs, flag_off_run, flag_on_run):
-    tmp, archive, on = flag_on_run
-    pair = pairs["dense"]
-    facts = on["after_start"]
-    observed = facts["receipt"]
-    assert facts["registry_entry"] == "draft_head_fp8.vllm_plugin.drafter:DraftHeadFp8Gemma4MTP"
-    assert observed["head_method"] == "DraftHeadFp8LinearMethod"
-    assert observed["head_weight"]["dtype"] == "torch.float8_e4m3fn"
+def test_flag_on_serves_the_packed_fp8_head_and_proves_it(shipped, tp1_off, tp1_on):
+    on = tp1_on.facts
+    observed = on["after_start"]["receipt"]
     hidden, vocab = 64, 2048
-    assert observed["head_weight"]["shape"] == [hidden, vocab]
+    assert on["after_start"]["registry_entry"] == (
+        "draft_head_fp8.vllm_plugin.drafter:DraftHeadFp8Gemma4MTP"
+    )
+    # vLLM's W8A16 CPU kernel serves, its weight repacked into VNNI tiles: receipt v3.
+    assert observed["schema"] == "draft-head-fp8-runtime-receipt/v3"
+    assert observed["head_method"] == "DraftHeadFp8LinearMethod"
+    assert observed["head_kernel"] == W8A16
+    assert observed["head_weight_layout"] == "convert_weight_packed"
+    assert observed["head_weight"]["dtype"] == "torch.float8_e4m3fn"
+    assert observed["head_weight"]["shape"] == [vocab, hidden]  # stored as the packer lays it
+    assert observed["head_weight_logical_shape"] == [hidden, vocab]
+    assert observed["head_weight_scale_stored"]["shape"] == [1]
+    assert observed["head_weight_scale"]["shape"] == [1, 1]  # ceil(64 / 128) K blocks
+    assert observed["head_kernel_scale_equals_stored"] is True
     assert observed["head_weight_is_draft_embed"] is False
 
     # Scale = amax(|W|)/448 of the BF16 head, i.e. of the checkpoint's draft embedding.
-    import torch
-    from safetensors.torch import load_file
-
-    w = load_file(pair.assistant / "model.safetensors")["model.embed_tokens.weight"]
+    w = load_file(shipped.assistant / "model.safetensors")["model.embed_tokens.weight"]
     assert w.dtype == torch.bfloat16
     expected = (w.float().abs().max() / torch.tensor(448.0)).item()
-    boot = _only_boot(archive)
-    diagnostics = json.loads(boot.read_bytes(diagnostics_path(0)))
+    boot, receipt, diagnostics = _archived(tp1_on.archive)
     assert diagnostics["head"]["scale"] == pytest.approx(expected, rel=0, abs=0)
 
     # The target is untouched: its embedding bytes equal the checkpoint's, after start and after
     # generation; its head is BF16 on the unquantized method; the draft uses its embedding.
-    target_sha = tensor_bytes_sha256(pair.target)["sha256"]
+    target_sha = tensor_bytes_sha256(shipped.target)["sha256"]
     assert on["after_start"]["target_embed_sha256"] == target_sha
     assert on["after_generate"]["target_embed_sha256"] == target_sha
     assert on["after_generate"]["receipt"] == observed  # nothing changed while serving
@@ -124,29 +126,79 @@ def test_flag_on_serves_an_fp8_draft_head_and_proves_it(pairs, flag_off_run, fla
     assert observed["target_lm_head_weight"]["dtype"] == "torch.bfloat16"
     assert observed["draft_embed_weight_is_target_embed"] is True
 
-    # Speculative decoding is lossless: the FP8 draft head changes proposals, never the output.
-    assert on["token_ids"] == flag_off_run[2]["token_ids"]
+    # Speculative decoding is lossless: the output never changes.
+    assert on["token_ids"] == tp1_off.facts["token_ids"]
 
     # The receipt and diagnostics were archived, byte for byte, in a sealed, verifying boot.
     assert boot.status == "sealed"
-    receipt = json.loads(boot.read_bytes(receipt_path(0)))
     validate_post_share_receipt(receipt)
-    assert schemas.errors("runtime-receipt-v2", receipt) == []
-    assert len(receipt) == 30
-    assert receipt["head_weight"]["shape"] == [hidden, vocab]
-    assert receipt["head_weight_scale"]["shape"] == [1]
+    assert receipt_verdict(receipt) is None
+    assert schemas.errors("runtime-receipt-v3", receipt) == []
+    assert len(receipt) == 39
     # What the worker observed after start is what the plugin archived (but for the phase).
     assert {**observed, "phase": "post_share"} == receipt
-    assert schemas.errors("diagnostics-v1", diagnostics) == []
+    assert schemas.errors("diagnostics-v2", diagnostics) == []
     head = diagnostics["head"]
     assert head["provenance_verified"] is True
-    assert (
-        head["source_sha256"]
-        == head["checkpoint"]["sha256"]
-        == tensor_bytes_sha256(pair.assistant)["sha256"]
-    )
+    assert head["source_sha256"] == head["checkpoint"]["sha256"]
+    assert head["source_sha256"] == tensor_bytes_sha256(shipped.assistant)["sha256"]
+    assert head["weight_layout"] == "convert_weight_packed" and head["kernel_warning"] is None
     assert diagnostics["validation"] == {"passed": True, "reason": None}
-    assert Archive(archive).verify().ok
+    assert Archive(tp1_on.archive).verify().ok
+
+
+def test_exact_draft_tokens_leave_vllms_counters_unchanged(tp1_off, tp1_on):
+    off, on = tp1_off.facts, tp1_on.facts
+    # Greedy drafting picks the argmax; rescoring the FP8 top-k from the BF16 rows picks the
+    # BF16 head's token, so vLLM drafts, accepts and counts exactly as without the flag.
+    assert on["spec_decode"] == off["spec_decode"]
+    assert on["spec_decode"]["num_draft_tokens"] > 100  # a real test: many drafts ...
+    assert on["spec_decode"]["num_accepted_tokens"] > 50  # ... most of them accepted
+    assert on["texts"] == off["texts"]
+    agreement = on["draft_agreement"]
+    assert agreement["steps"] > 100 and agreement["agree"] == agreement["steps"]
+    _, _, diagnostics = _archived(tp1_on.archive)
+    pick = diagnostics["exact_pick"]
+    assert pick["top_k"] == 8 and pick["draft_sample_method"] == "greedy"
+    # The rows rescored from are the checkpoint's BF16 head, none of the target's tensors.
+    assert pick["rows"]["dtype"] == "torch.bfloat16" and pick["rows"]["shape"] == [2048, 64]
+    assert pick["rows_are_hashed_source"] and pick["rows_sha256_equals_checkpoint"]
+    assert not pick["rows_is_target_embed"] and not pick["rows_share_storage_with_target"]
+
+
+def test_plain_fp8_through_scaled_mm_is_the_first_versions_behaviour(shipped, tp1_off, tmp_path):
+    env = {"DRAFT_HEAD_FP8_RESCORE_TOPK": "0", "DRAFT_HEAD_FP8_CPU_KERNEL": "scaled_mm"}
+    plain = serve(tmp_path, shipped, flag=True, env=env)
+    facts = plain.facts
+    # The v2 receipt where v2 says the truth: a plain [hidden, vocab] weight, one [1] scale.
+    boot, receipt, diagnostics = _archived(plain.archive)
+    assert receipt["schema"] == "draft-head-fp8-runtime-receipt/v2" and len(receipt) == 30
+    assert receipt["head_kernel"] == "PerTensorTorchFP8ScaledMMLinearKernel"
+    assert receipt["head_weight"]["shape"] == [64, 2048]
+    assert receipt["head_weight_scale"]["shape"] == [1]
+    assert receipt_verdict(receipt) is None
+    assert diagnostics["exact_pick"]["top_k"] == 0 and diagnostics["exact_pick"]["rows"] is None
+    assert "87x slower than the BF16 head" in diagnostics["head"]["kernel_warning"]
+    assert "draft-head-fp8: warning: DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm" in plain.launch.stderr
+    # Lossless output, whatever the drafts: plain FP8 changes some of them.
+    assert facts["token_ids"] == tp1_off.facts["token_ids"]
+    assert facts["draft_agreement"]["agree"] < facts["draft_agreement"]["steps"]
+
+
+@pytest.mark.parametrize(
+    "name, value, reason",
+    [
+        ("DRAFT_HEAD_FP8_RESCORE_TOPK", "four", "is not a whole number from 0 to 64"),
+        ("DRAFT_HEAD_FP8_CPU_KERNEL", "amx", "is not one of auto, scaled_mm"),
+    ],
+)
+def test_a_bad_setting_refuses_start_up_in_one_line(shipped, tmp_path, name, value, reason):
+    run = serve(tmp_path, shipped, flag=True, env={name: value}).launch
+    assert run.returncode != 0 and run.facts is None
+    lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
+    assert len(lines) == 1, run.stderr[-3000:]
+    assert lines[0].startswith(f"draft-head-fp8: refusing to start: {name}={value!r} {reason}")
+    assert not any("receipt" in p for p in tree(tmp_path / "archive"))
 
 
 @pytest.mark.parametrize(
@@ -188,11 +240,12 @@ def test_nan_in_the_head_is_refused_at_load(tmp_path):
     assert not any("receipt" in p for p in tree(archive))
 
 
-def test_multiprocess_engine_captures_the_receipt_in_the_worker(pairs, flag_off_run, tmp_path):
+def test_multiprocess_engine_captures_the_receipt_in_the_worker(shipped, tp1_off, tmp_path):
     archive = tmp_path / "archive"
     env = engine_env(tmp_path, flag=True, archive=archive, multiprocess=True)
-    run = run_engine(tmp_path, pairs["dense"], env)
+    run = run_engine(tmp_path, shipped, env, *SERVE_ARGS)
     assert run.ok, run.tail(40)
     boot = _only_boot(archive)
     validate_post_share_receipt(json.loads(boot.read_bytes(receipt_path(0))))
-    assert run.facts["token_ids"] == flag_off_run[2]["token_ids"]
+    assert run.facts["token_ids"] == tp1_off.facts["token_ids"]
+    assert run.facts["spec_decode"] == tp1_off.facts["spec_decode"]

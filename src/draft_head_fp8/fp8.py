@@ -9,6 +9,7 @@ of torch; callers that reach these functions already hold tensors.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,13 +50,9 @@ def _rows_per_chunk(tensor: Any) -> int:
     return max(1, CHUNK_ELEMENTS // width)
 
 
-def quantize_per_tensor(weight: Any) -> QuantizedHead:
-    """Round-to-nearest, saturating per-tensor FP8 (e4m3fn) of a 2-D ``[vocab, hidden]`` weight.
-
-    Two streaming passes over the source: ``aminmax`` for the scale (it propagates NaN and inf,
-    so a broken head is caught before anything is written), then quantization through one reused
-    float32 buffer of at most ``CHUNK_ELEMENTS``. Only torch ops that exist on every backend.
-    """
+def head_amax(weight: Any) -> float:
+    """max |w| of a 2-D ``[vocab, hidden]`` head in one streaming ``aminmax`` pass, which
+    propagates NaN and inf: a broken head is caught before anything is written."""
     import torch
 
     if weight.dim() != 2:
@@ -65,15 +62,32 @@ def quantize_per_tensor(weight: Any) -> QuantizedHead:
             f"head weight must be bf16/fp16/fp32 before quantization, got {weight.dtype}"
         )
     lo, hi = weight.aminmax()
-    amax_t = torch.maximum(lo.abs(), hi.abs()).to(torch.float32)
-    if not bool(torch.isfinite(amax_t)):
+    amax = float(torch.maximum(lo.abs(), hi.abs()).to(torch.float32))
+    if not math.isfinite(amax):
         raise NonFiniteHeadError(
             f"head weight holds NaN or inf (first in row {_first_non_finite_row(weight)}); "
             "refusing to quantize it to FP8"
         )
-    amax = float(amax_t)
-    if amax == 0.0:
+    return amax
+
+
+def quantize_per_tensor(
+    weight: Any, *, amax: float | None = None, real_rows: int | None = None
+) -> QuantizedHead:
+    """Round-to-nearest, saturating per-tensor FP8 (e4m3fn) of a 2-D ``[vocab, hidden]`` weight.
+
+    Two streaming passes over the source: ``head_amax`` for the scale (skipped when ``amax`` is
+    given: a tensor-parallel shard quantizes with the whole head's amax, so that every rank
+    computes what TP 1 computes), then quantization through one reused float32 buffer of at most
+    ``CHUNK_ELEMENTS``. Only torch ops that exist on every backend. ``real_rows``: how many leading
+    rows are real (the rest is vocab padding), for the row statistics.
+    """
+    import torch
+
+    local = head_amax(weight) if amax is None else amax
+    if local == 0.0:
         raise NonFiniteHeadError("head weight is all zeros: its FP8 scale would be 0")
+    amax_t = torch.tensor(local, dtype=torch.float32, device=weight.device)
     # A float32 divisor with a dimension promotes the bf16 rows to float32 inside the division
     # (true division, as vLLM's own quantizers do), with no separate conversion pass.
     scale = (amax_t / torch.tensor(FP8_E4M3_MAX, device=weight.device)).reshape(1)
@@ -91,12 +105,13 @@ def quantize_per_tensor(weight: Any) -> QuantizedHead:
         # Row amax for the diagnostics, in scaled units, from the buffer while it is still warm.
         torch.amax(piece.abs_(), dim=1, out=row_amax[start : start + step])
     row_amax.mul_(scale)
+    real = row_amax[: vocab if real_rows is None else max(1, real_rows)]
     return QuantizedHead(
         weight=out,
         scale=scale,
-        amax=amax,
-        row_amax_max=float(row_amax.max()),
-        row_amax_median=float(row_amax.median()),
+        amax=local,
+        row_amax_max=float(real.max()),
+        row_amax_median=float(real.median()),
     )
 
 

@@ -1,5 +1,5 @@
-"""Preflight: would the flag quantize this assistant's head? A prediction from the configs alone (no weights,
-no vLLM import), through the same policy the engine runs.
+"""Preflight: would the flag quantize this assistant's head? A prediction from the configs alone
+(no weights, no vLLM import), through the same policy the engine runs.
 
 What the configs cannot show is named, not guessed: the engine still decides, and the post-share
 receipt still proves, at every start.
@@ -79,8 +79,8 @@ def _gemma4(path: str | os.PathLike, types: tuple[str, ...], what: str) -> dict:
     config = read_config(path)
     if config.get("model_type") not in types:
         raise CheckpointError(
-            f"{path}: model_type {config.get('model_type')!r} is not a {what} ({' or '.join(types)}); "
-            "draft-head-fp8 serves only those"
+            f"{path}: model_type {config.get('model_type')!r} is not a {what} "
+            f"({' or '.join(types)}); draft-head-fp8 serves only those"
         )
     return _describe(path, config)
 
@@ -116,8 +116,8 @@ def check_assistant(
     vocab = assistant["vocab_size"]
     if isinstance(vocab, int) and vocab % VOCAB_PADDING:
         result.receipt_problems.append(
-            f"vocab {vocab} is not a multiple of {VOCAB_PADDING}: vLLM pads the head, and the padded "
-            "head cannot match the draft config"
+            f"vocab {vocab} is not a multiple of {VOCAB_PADDING}: vLLM pads the head, and the "
+            "padded head cannot match the draft config"
         )
     if target is not None:
         if assistant["backbone_hidden_size"] not in (None, target["hidden_size"]):

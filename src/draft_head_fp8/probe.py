@@ -58,7 +58,7 @@ def observe(worker: Any) -> dict:
     from torch.nn.modules.module import _global_module_registration_hooks
     from vllm import ModelRegistry
 
-    from draft_head_fp8.evidence.receipt import make_runtime_receipt
+    from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
     from draft_head_fp8.fp8 import tensor_sha256
 
     runner = _runner(worker)
@@ -67,7 +67,9 @@ def observe(worker: Any) -> dict:
     get_language_model = getattr(target, "get_language_model", None)
     language_model = get_language_model() if callable(get_language_model) else target
     entry = ModelRegistry.models.get("Gemma4MTPModel")
-    receipt = make_runtime_receipt(
+    # Listed before anything below imports more of the package: the flag-off run must show none.
+    plugin_modules = sorted(m for m in sys.modules if m.startswith("draft_head_fp8.vllm_plugin."))
+    receipt = receipt_for_head(
         head=drafter.lm_head,
         draft_model=drafter,
         target_model=target,
@@ -78,9 +80,7 @@ def observe(worker: Any) -> dict:
         "receipt": receipt,
         "target_embed_sha256": tensor_sha256(language_model.model.embed_tokens.weight),
         # With the flag off these must show that the plugin did nothing at all.
-        "plugin_modules": sorted(
-            m for m in sys.modules if m.startswith("draft_head_fp8.vllm_plugin.")
-        ),
+        "plugin_modules": plugin_modules,
         "module_registration_hooks": len(_global_module_registration_hooks),
         "registry_entry": None
         if entry is None
@@ -89,9 +89,48 @@ def observe(worker: Any) -> dict:
     }
 
 
+def time_draft_head(worker: Any) -> bool:
+    """Time every draft logits call (the head and its logits processor) where it runs, in the
+    worker: what a user compares between the BF16 and the FP8 head."""
+    import torch
+
+    drafter = _runner(worker).drafter.model
+    served = drafter.compute_logits
+    seconds: list[float] = []
+
+    def compute_logits(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
+        cuda = hidden_states.is_cuda
+        if cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        logits = served(hidden_states, *args, **kwargs)
+        if cuda:
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - started)
+        return logits
+
+    drafter.compute_logits = compute_logits  # instance attribute: this process's probe only
+    drafter._head_seconds = seconds
+    return True
+
+
+def read_head_timing(worker: Any) -> dict | None:
+    seconds = getattr(_runner(worker).drafter.model, "_head_seconds", None)
+    if not seconds:
+        return None
+    ordered = sorted(seconds)
+    return {
+        "calls": len(ordered),
+        "median_s": ordered[len(ordered) // 2],
+        "mean_s": sum(ordered) / len(ordered),
+        "total_s": sum(ordered),
+    }
+
+
 def watch_draft_agreement(worker: Any, assistant_dir: str) -> bool:
     """Next to every draft logits call, compute the BF16 head's logits from the checkpoint's own
-    embedding and count how often the two argmaxes agree (the draft tokens the head changed)."""
+    embedding, as vLLM's BF16 head and logits processor do (float32 sums rounded to BF16, the
+    soft cap in BF16), and count how often the two draft tokens agree."""
     import torch
     from safetensors import safe_open
 
@@ -100,27 +139,36 @@ def watch_draft_agreement(worker: Any, assistant_dir: str) -> bool:
     drafter = _runner(worker).drafter.model
     path, _, _ = find_tensor(assistant_dir)
     with safe_open(path, framework="pt") as f:
-        bf16_head = f.get_tensor(EMBED_TENSOR).to(torch.bfloat16)
+        bf16_head = f.get_tensor(EMBED_TENSOR).to(torch.bfloat16).float()
+    soft_cap = getattr(drafter.logits_processor, "soft_cap", None)
     served = drafter.compute_logits
     stats = {"steps": 0, "agree": 0}
 
     def compute_logits(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
         logits = served(hidden_states, *args, **kwargs)
         if logits is not None:
-            reference = hidden_states.to(bf16_head.dtype) @ bf16_head.t()
+            reference = (hidden_states.float() @ bf16_head.t()).to(logits.dtype)
+            if soft_cap is not None:
+                reference = torch.tanh(reference / soft_cap) * soft_cap
             vocab = min(reference.shape[-1], logits.shape[-1])
             same = logits[..., :vocab].argmax(-1) == reference[..., :vocab].argmax(-1)
             stats["steps"] += int(same.numel())
             stats["agree"] += int(same.sum())
         return logits
 
-    drafter.compute_logits = compute_logits  # instance attribute: this process's probe only
+    drafter.compute_logits = compute_logits
     drafter._draft_agreement = stats
     return True
 
 
 def read_draft_agreement(worker: Any) -> dict | None:
     return getattr(_runner(worker).drafter.model, "_draft_agreement", None)
+
+
+def peak_device_bytes(worker: Any) -> int | None:
+    import torch
+
+    return int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None
 
 
 class WorkerProbe:
@@ -134,6 +182,15 @@ class WorkerProbe:
 
     def probe_read_draft_agreement(self) -> dict | None:
         return read_draft_agreement(self)
+
+    def probe_time_draft_head(self) -> bool:
+        return time_draft_head(self)
+
+    def probe_read_head_timing(self) -> dict | None:
+        return read_head_timing(self)
+
+    def probe_peak_device_bytes(self) -> int | None:
+        return peak_device_bytes(self)
 
 
 def spec_metrics(llm: Any) -> dict:
@@ -171,12 +228,20 @@ def run(
     speculative_tokens: int = 2,
     draft_agreement: bool = False,
     ignore_eos: bool = False,
+    tensor_parallel_size: int = 1,
+    max_model_len: int = 256,
+    dtype: str = "bfloat16",
+    kv_cache_memory_bytes: int | None = 64 << 20,
+    enforce_eager: bool = True,
 ) -> dict:
     """``prompts``: texts, or token id lists (given to vLLM as ``TokensPrompt``)."""
+    import resource
+
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     started = time.perf_counter()
+    options = {} if not kv_cache_memory_bytes else {"kv_cache_memory_bytes": kv_cache_memory_bytes}
     llm = LLM(
         model=target,
         speculative_config={
@@ -184,17 +249,20 @@ def run(
             "model": assistant,
             "num_speculative_tokens": speculative_tokens,
         },
-        distributed_executor_backend="uni",
-        kv_cache_memory_bytes=64 << 20,
-        enforce_eager=True,
-        max_model_len=256,
-        dtype="bfloat16",
+        tensor_parallel_size=tensor_parallel_size,
+        # One process for one rank (fast, stable on small CPUs); real worker processes for more.
+        distributed_executor_backend="uni" if tensor_parallel_size == 1 else "mp",
+        enforce_eager=enforce_eager,
+        max_model_len=max_model_len,
+        dtype=dtype,
         seed=0,
         disable_log_stats=False,
         worker_extension_cls="draft_head_fp8.probe.WorkerProbe",
+        **options,
     )
     init_seconds = time.perf_counter() - started
-    after_start = llm.collective_rpc("probe_observe")[0]
+    after_start = llm.collective_rpc("probe_observe")
+    llm.collective_rpc("probe_time_draft_head")
     if draft_agreement:
         llm.collective_rpc("probe_watch_draft_agreement", args=(assistant,))
     started = time.perf_counter()
@@ -202,18 +270,28 @@ def run(
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
     outputs = llm.generate(inputs, params, use_tqdm=False)
     generate_seconds = time.perf_counter() - started
-    after_generate = llm.collective_rpc("probe_observe")[0]
+    after_generate = llm.collective_rpc("probe_observe")
     agreement = llm.collective_rpc("probe_read_draft_agreement")[0] if draft_agreement else None
+    token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     return {
         "flag": os.environ.get("VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"),
         "prompts": prompts,
-        "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+        "token_ids": token_ids,
         "texts": [o.outputs[0].text for o in outputs],
         "spec_decode": spec_metrics(llm),
         "draft_agreement": agreement,
-        "after_start": after_start,
-        "after_generate": after_generate,
+        "draft_head_timing": llm.collective_rpc("probe_read_head_timing")[0],
+        # Rank 0's view, and every rank's (one entry at TP 1).
+        "after_start": after_start[0],
+        "after_generate": after_generate[0],
+        "after_start_ranks": after_start,
+        "after_generate_ranks": after_generate,
+        "tensor_parallel_size": tensor_parallel_size,
+        "generated_tokens": sum(len(ids) for ids in token_ids),
         "seconds": {"init": round(init_seconds, 3), "generate": round(generate_seconds, 3)},
+        # This process's high-water mark: the whole engine when it runs in one process (TP 1).
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_device_bytes": llm.collective_rpc("probe_peak_device_bytes"),
     }
 
 
@@ -237,6 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--speculative-tokens", type=int, default=2)
     parser.add_argument("--draft-agreement", action="store_true")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--max-model-len", type=int, default=256)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument(
+        "--kv-cache-memory-bytes", type=int, default=64 << 20, help="0: let vLLM size it"
+    )
+    parser.add_argument("--no-eager", action="store_true", help="let vLLM compile / graph")
     parser.add_argument("--out", required=True, help="where to write the JSON facts")
     args = parser.parse_args(argv)
     prompts = json.loads(Path(args.prompt_token_ids).read_text()) if args.prompt_token_ids else None
@@ -248,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         speculative_tokens=args.speculative_tokens,
         draft_agreement=args.draft_agreement,
         ignore_eos=args.ignore_eos,
+        tensor_parallel_size=args.tensor_parallel_size,
+        max_model_len=args.max_model_len,
+        dtype=args.dtype,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        enforce_eager=not args.no_eager,
     )
     Path(args.out).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -1,4 +1,4 @@
-"""``draft-head-fp8 check``: would the flag serve this assistant's head in FP8? From configs alone."""
+"""``draft-head-fp8 check``: would the flag serve this assistant's head in FP8? Configs alone."""
 
 from __future__ import annotations
 

@@ -17,11 +17,13 @@ from vllm.model_executor.layers.quantization.online.base import OnlineQuantizati
 from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 from vllm.model_executor.models.gemma4_mtp import Gemma4MTP
 
+from draft_head_fp8 import settings
 from draft_head_fp8.checkpoint import resolve_model_dir, tensor_sha256_as
+from draft_head_fp8.evidence.exact_pick import guarantee
 from draft_head_fp8.policy import HeadFp8EligibilityError, env_enabled
 from draft_head_fp8.selection import select_draft_head_method
 from draft_head_fp8.vllm_plugin import post_share
-from draft_head_fp8.vllm_plugin.refusal import announce_refusal
+from draft_head_fp8.vllm_plugin.refusal import announce_refusal, announce_warning
 
 logger = init_logger(__name__)
 
@@ -59,20 +61,35 @@ class DraftHeadFp8Gemma4MTP(Gemma4MTP):
         if method is None:
             return
         self._check_seam(vllm_config)
+        # Settings first: a bad value refuses start-up before anything is built.
+        rescore_k, cpu = settings.rescore_top_k(), settings.cpu_kernel()
+        indices = self.lm_head.shard_indices
         method.checkpoint_source = partial(
             tensor_sha256_as,
             resolve_model_dir(draft_config.model, getattr(draft_config, "revision", None)),
             self.lm_head.weight.dtype,
+            # This rank's real rows only: at TP N each rank holds a vocab shard.
+            rows=(indices.org_vocab_start_index, indices.org_vocab_end_index),
         )
-        method.install(self.lm_head)
+        method.install(
+            self.lm_head,
+            rescore_k=rescore_k,
+            cpu_kernel=cpu,
+            suppress_tokens=list(getattr(self, "_suppress_token_ids", None) or ()),
+        )
         post_share.arm(self, vllm_config)
+        sample_method = getattr(vllm_config.speculative_config, "draft_sample_method", "greedy")
         logger.info(
-            "draft-head-fp8: draft %s will be served by %s (kernel %s); receipt follows the "
-            "embedding share",
+            "draft-head-fp8: draft %s will be served by %s (kernel %s, %s layout); %s; receipt "
+            "follows the embedding share",
             self.lm_head.prefix,
             type(method).__name__,
             type(method.fp8_linear).__name__,
+            method.weight_layout,
+            guarantee(method.rescore_k, sample_method),
         )
+        if method.kernel is not None and method.kernel.warning:
+            announce_warning(method.kernel.warning)
 
     def _check_seam(self, vllm_config: VllmConfig) -> None:
         """The facts the FP8 head relies on, checked before anything is quantized."""

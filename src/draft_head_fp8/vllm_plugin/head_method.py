@@ -1,15 +1,18 @@
 """The FP8 head method: a vLLM quant method for the draft's ``ParallelLMHead`` only.
 
-It is vLLM's online per-tensor FP8 scheme (scale = amax / 448, weight float8_e4m3fn stored
-transposed ``[hidden, vocab]``, matmul through vLLM's own FP8 kernel selection) with three
-differences that the draft head needs:
+It is vLLM's online per-tensor FP8 scheme (scale = amax / 448, weight float8_e4m3fn, matmul
+through one of vLLM's own FP8 kernels) with the differences the draft head needs:
 
 - the head keeps its tie to the draft embedding until loading is done, because vLLM never loads
   ``lm_head.weight`` for this drafter: the embedding's bytes are the head's only source;
 - quantization is pure torch and bounded in memory, so it runs on the CPU wheel (whose
   ``scaled_fp8_quant`` ops are placeholders) and on CUDA alike;
 - the FP8 weight is a new, private Parameter: the BF16 tensor it was made from, which becomes the
-  target's embedding after sharing, is never written.
+  target's embedding after sharing, is never written;
+- with tensor parallelism every rank quantizes its own shard with the whole head's amax (one
+  all-reduce), so every rank computes exactly what TP 1 computes;
+- the draft token is exact: the FP8 scan's top-k are rescored from the BF16 rows (``rescore``),
+  which stay resident for that, read and never written.
 """
 
 from __future__ import annotations
@@ -30,10 +33,34 @@ from vllm.model_executor.layers.quantization.online.fp8 import Fp8PerTensorOnlin
 from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
 
 from draft_head_fp8.evidence.diagnostics import head_record
-from draft_head_fp8.fp8 import quantize_per_tensor, tensor_sha256
+from draft_head_fp8.evidence.receipt_v3 import LAYOUT_PLAIN
+from draft_head_fp8.fp8 import head_amax, quantize_per_tensor, tensor_sha256
 from draft_head_fp8.policy import HeadFp8EligibilityError
-from draft_head_fp8.vllm_plugin.kernels import choose_head_kernel
+from draft_head_fp8.rescore import rescore_top_k
+from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
+
+
+def _whole_head_amax(local: float, layer: torch.nn.Module) -> float:
+    """The largest |w| over every rank's shard: one per-tensor scale for the whole head."""
+    if int(getattr(layer, "tp_size", 1)) == 1:
+        return local
+    import torch.distributed as dist
+    from vllm.distributed.parallel_state import get_tp_group
+
+    amax = torch.tensor([local], dtype=torch.float32)
+    dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=get_tp_group().cpu_group)
+    return float(amax[0])
+
+
+def _check_padding(source: torch.Tensor, real_rows: int) -> None:
+    # vLLM zero-fills the rows past the vocabulary; anything else there was not loaded by it.
+    padding = source[real_rows:]
+    if padding.numel() and bool(padding.any()):
+        raise HeadFp8EligibilityError(
+            f"draft head shard has non-zero padding rows past its {real_rows} real rows; "
+            "refusing to quantize bytes that are not the checkpoint's"
+        )
 
 
 class DraftHeadFp8LinearMethod(QuantizeMethodBase):
@@ -43,37 +70,62 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
     activation_quant_key = Fp8PerTensorOnlineLinearMethod.activation_quant_key
     weight_quant_key = kFp8StaticTensorSym
 
-    def __init__(self) -> None:
-        self.input_dtype = get_current_vllm_config().model_config.dtype
-        self.out_dtype = torch.get_default_dtype()
+    def __init__(
+        self, *, input_dtype: torch.dtype | None = None, out_dtype: torch.dtype | None = None
+    ) -> None:
+        # The serving dtype, from the vLLM config being built (given directly in unit tests).
+        self.input_dtype = input_dtype or get_current_vllm_config().model_config.dtype
+        self.out_dtype = out_dtype or torch.get_default_dtype()
         self.fp8_linear: Any = None
-        self.vllm_default_kernel: str | None = None
+        self.kernel: KernelChoice | None = None
+        self.weight_layout = LAYOUT_PLAIN
         # Where the head's bytes must come from; set by the drafter before loading.
         self.checkpoint_source: Any = None  # callable -> {"sha256", "file", "tensor", ...}
+        self.real_rows: int | None = None  # rows of this shard that are tokens, not padding
+        self.rescore_k = 0
+        self.rescore_rows: torch.Tensor | None = None  # the BF16 rows, while rescore_k > 0
+        self.suppress_tokens: list[int] = []  # local rows the drafter masks to -inf
+        self.suppressed: torch.Tensor | None = None
+        self.stored_scale: torch.Tensor | None = None  # ours: a kernel may rewrite its own copy
         self.diagnostics: dict[str, Any] = {}
 
-    def install(self, head: torch.nn.Module) -> None:
-        """Take over a constructed, tied ``ParallelLMHead``: choose the FP8 kernel for its shape.
+    def install(
+        self,
+        head: torch.nn.Module,
+        *,
+        rescore_k: int,
+        cpu_kernel: str,
+        suppress_tokens: list[int] | None = None,
+    ) -> None:
+        """Take over a constructed, tied ``ParallelLMHead``: choose the FP8 kernel for this
+        rank's shape and how many candidates to rescore.
 
         The weight stays the tied BF16 embedding Parameter until ``process_weights_after_loading``.
         """
+        shape = tuple(head.weight.shape)  # [this rank's rows, hidden]
         config = FP8ScaledMMLinearLayerConfig(
             weight_quant_key=self.weight_quant_key,
             activation_quant_key=self.activation_quant_key,
             input_dtype=self.input_dtype,
             out_dtype=self.out_dtype,
-            weight_shape=tuple(head.weight.shape),
+            weight_shape=shape,
         )
-        kernel, self.vllm_default_kernel = choose_head_kernel(config)
+        self.kernel = choose_head_kernel(config, cpu_kernel=cpu_kernel)
+        self.weight_layout = self.kernel.layout
         self.fp8_linear = init_fp8_linear_kernel(
             activation_quant_key=self.activation_quant_key,
             weight_quant_key=self.weight_quant_key,
-            weight_shape=tuple(head.weight.shape),
+            weight_shape=shape,
             input_dtype=self.input_dtype,
             out_dtype=self.out_dtype,
-            force_kernel=kernel,
+            force_kernel=self.kernel.kernel,
             module_name=type(self).__name__,
         )
+        indices = head.shard_indices
+        self.real_rows = int(indices.num_org_elements)
+        self.rescore_k = min(rescore_k, shape[0])
+        start, end = indices.org_vocab_start_index, indices.org_vocab_end_index
+        self.suppress_tokens = [t - start for t in suppress_tokens or () if start <= t < end]
         head.quant_method = self
 
     def create_weights(self, *args: Any, **kwargs: Any) -> None:
@@ -100,49 +152,76 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
                 "quantize uninitialised memory"
             )
         started = time.perf_counter()
-        vocab = int(getattr(layer, "org_vocab_size", source.shape[0]))
+        real = self.real_rows
+        if real is None:  # not installed on a sharded head: all its real rows
+            real = int(getattr(layer, "org_vocab_size", source.shape[0]))
         # The checkpoint is hashed on a second thread (hashlib releases the GIL) while this one
         # hashes and quantizes the loaded bytes; nothing is installed until both hashes agree.
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = pool.submit(self.checkpoint_source) if self.checkpoint_source else None
-            source_sha256 = tensor_sha256(source, rows=vocab)
+            source_sha256 = tensor_sha256(source, rows=real)
             hashed = time.perf_counter()
-            quantized = quantize_per_tensor(source)
+            _check_padding(source, real)
+            local_amax = head_amax(source)
+            amax = _whole_head_amax(local_amax, layer)
+            quantized = quantize_per_tensor(source, amax=amax, real_rows=real)
             quantized_at = time.perf_counter()
             checkpoint = pending.result() if pending is not None else None
         if checkpoint is not None and checkpoint["sha256"] != source_sha256:
+            rows = f" rows {checkpoint['rows']}" if checkpoint.get("rows") else ""
             raise HeadFp8EligibilityError(
-                "draft head bytes do not match the assistant checkpoint's "
-                f"{checkpoint['tensor']} ({checkpoint['file']}): sha256 {source_sha256} != "
+                f"draft head bytes do not match the assistant checkpoint's "
+                f"{checkpoint['tensor']}{rows} ({checkpoint['file']}): sha256 {source_sha256} != "
                 f"{checkpoint['sha256']}; the head would be quantised from something else"
             )
         # A new Parameter, never a copy into the old one: the BF16 source is the draft embedding
         # (which the proposer is about to replace by the target's), and its bytes stay as loaded.
         layer.weight = Parameter(quantized.weight.t(), requires_grad=False)
-        layer.weight_scale = Parameter(quantized.scale, requires_grad=False)
+        # The kernel reads layer.weight_scale and may rewrite it in place (vLLM's
+        # replace_parameter reuses storage of the same size); the stored scale is kept apart.
+        self.stored_scale = quantized.scale
+        layer.weight_scale = Parameter(quantized.scale.clone(), requires_grad=False)
         layer.input_scale = None
         self.fp8_linear.process_weights_after_loading(layer)
+        if self.rescore_k:
+            # The tensor just hashed against the checkpoint: the exact pick reads these rows.
+            self.rescore_rows = source
+            if self.suppress_tokens:
+                self.suppressed = torch.tensor(self.suppress_tokens, device=source.device)
         layer._draft_head_fp8_done = True
         done = time.perf_counter()
         self.diagnostics = head_record(
             source=source,
-            rows_hashed=vocab,
+            rows_hashed=real,
             source_sha256=source_sha256,
             checkpoint=checkpoint,
             quantized=quantized,
             kernel=type(self.fp8_linear).__name__,
-            vllm_default_kernel=self.vllm_default_kernel,
+            vllm_default_kernel=self.kernel.vllm_default if self.kernel else None,
             seconds={
                 "hash_source": hashed - started,
                 "quantize": quantized_at - hashed,
                 "total_with_checkpoint_hash": done - started,
             },
+            weight_layout=self.weight_layout,
+            kernel_warning=self.kernel.warning if self.kernel else None,
+            amax_local=local_amax,
         )
 
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return self.fp8_linear.apply_weights(layer, x, bias)
+        logits = self.fp8_linear.apply_weights(layer, x, bias)
+        if self.rescore_rows is None:
+            return logits
+        return rescore_top_k(
+            logits,
+            x,
+            self.rescore_rows,
+            k=self.rescore_k,
+            valid_rows=self.real_rows,
+            suppressed=self.suppressed,
+        )
 
     def embedding(self, layer: torch.nn.Module, input_: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("the FP8 draft head is an LM head, not an input embedding")

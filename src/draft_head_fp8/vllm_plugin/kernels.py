@@ -1,25 +1,40 @@
-"""Which of vLLM's FP8 kernels serves the draft head: vLLM's own choice, restricted to kernels
-whose result the receipt can prove.
+"""Which of vLLM's FP8 kernels serves the draft head, and in which weight layout.
+
+- On a CPU, vLLM's W8A16 op (``torch.ops._C.fp8_scaled_mm_cpu`` on a weight repacked by
+  ``convert_weight_packed``): 3-4x faster than the BF16 head, activations stay BF16. vLLM's own
+  kernel for it, ``CPUFp8PerTensorScaledMMLinearKernel``, is gated on AMX tiles although the op
+  runs on any CPU vLLM ships it for (AVX512-BF16 EPYCs included); ``CPUFp8W8A16HeadKernel`` is
+  that same class, its code unchanged, gated on the op instead. Its layout is the packed one,
+  which receipt v3 proves.
+- Everywhere else (CUDA; a CPU without the op), vLLM's own choice among the kernels that keep
+  the plain ``[hidden, vocab]`` layout with one ``[1]`` scale that receipt v2 proves.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
+import torch
+from vllm import _custom_ops as ops
 from vllm.model_executor.kernels.linear import (
     _POSSIBLE_FP8_KERNELS,
     choose_scaled_mm_linear_kernel,
 )
+from vllm.model_executor.kernels.linear.scaled_mm.cpu import CPUFp8PerTensorScaledMMLinearKernel
 from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
     FP8ScaledMMLinearLayerConfig,
 )
 from vllm.platforms import current_platform
 
+from draft_head_fp8.evidence.receipt_v3 import LAYOUT_PACKED, LAYOUT_PLAIN
+from draft_head_fp8.fp8 import quantize_per_tensor
 from draft_head_fp8.policy import HeadFp8EligibilityError
 
 # vLLM's FP8 kernels whose processed weight stays the plain FP8 [hidden, vocab] matrix with one
 # [1] scale (their process_weights_after_loading does nothing, or pads only dims that are not a
-# multiple of 16). Others repack it (the CPU AMX kernel into VNNI tiles with a block scale, Marlin,
-# ...), and the receipt could no longer prove shape, dtype and scale. Kernels vLLM adds later are
-# left out until someone reads them: the receipt would refuse them anyway.
+# multiple of 16). Others repack it (Marlin, the CPU W8A8 kernel, ...) into layouts no receipt
+# here describes. Kernels vLLM adds later are left out until someone reads them.
 LAYOUT_KEEPING_KERNELS = frozenset(
     {
         "FlashInferFP8ScaledMMLinearKernel",
@@ -28,20 +43,90 @@ LAYOUT_KEEPING_KERNELS = frozenset(
         "ChannelWiseTorchFP8ScaledMMLinearKernel",
     }
 )
+# Measured in the real engine at 1024 x 262144 on a 2-core EPYC (docs/benchmarks.md): what the
+# layout-keeping path costs on a CPU, said at start-up when it is all there is.
+SLOW_CPU_PATH = (
+    "the FP8 draft head runs through torch._scaled_mm, which has no fast CPU path: measured 87x "
+    "slower than the BF16 head (2443 vs 28 ms per call at 1024 x 262144); unset "
+    "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8 to serve the BF16 head"
+)
 
 
-def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig) -> tuple[type, str | None]:
-    """vLLM's own kernel choice, in vLLM's order of preference, over the layout-keeping kernels.
+class CPUFp8W8A16HeadKernel(CPUFp8PerTensorScaledMMLinearKernel):
+    """vLLM's ``CPUFp8PerTensorScaledMMLinearKernel`` (its weight packing and its apply, not a
+    copy), gated on vLLM advertising the op rather than on AMX tiles."""
 
-    Returns the kernel class and the name vLLM would have chosen without the restriction.
-    """
-    platform_kernels = _POSSIBLE_FP8_KERNELS.get(current_platform._enum, [])
+    @classmethod
+    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
+        if not current_platform.is_cpu():
+            return False, "requires CPU platform."
+        if not ops._supports_cpu_fp8_w8a16:
+            return False, "vLLM does not advertise fp8_scaled_mm_cpu here."
+        return _op_answers()
+
+
+@functools.cache
+def _op_answers() -> tuple[bool, str | None]:
+    """Run the op once on a small head and compare it with the dequantized matmul: advertised is
+    not proven, and a CPU where it misbehaves must fall back, not serve wrong drafts."""
+    try:
+        gen = torch.Generator().manual_seed(0)
+        # Quantized as the head is (the op flushes FP8 subnormals, which a per-tensor scale
+        # leaves only in the negligible tail of a real head).
+        head = quantize_per_tensor((torch.randn(64, 256, generator=gen) * 0.05).bfloat16())
+        x = torch.randn(3, 256, generator=gen).to(torch.bfloat16)
+        packed = torch.ops._C.convert_weight_packed(head.weight)
+        block = head.scale.reshape(()).expand(1, 2).contiguous()
+        out = torch.ops._C.fp8_scaled_mm_cpu(x, packed, block, [64, 128], None, x.dtype, True)
+        reference = (x.float() @ (head.weight.float() * head.scale).t()).to(torch.bfloat16)
+        # One BF16 rounding of the same float32 sum: anything further off is not this op.
+        if not torch.allclose(out.float(), reference.float(), rtol=2**-7, atol=1e-2):
+            return False, "fp8_scaled_mm_cpu disagrees with the dequantized matmul on this CPU"
+    except Exception as exc:  # an op that cannot run is a fallback, with its reason
+        return False, f"fp8_scaled_mm_cpu did not run here ({type(exc).__name__}: {exc})"
+    return True, None
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    kernel: type
+    layout: str  # LAYOUT_PLAIN or LAYOUT_PACKED, what the receipt will prove
+    vllm_default: str | None  # what vLLM would pick for a plain linear of this shape
+    warning: str | None  # said at start-up: why this head is slower than it could be
+
+
+def _cpu_packed(config: FP8ScaledMMLinearLayerConfig) -> tuple[type | None, str | None]:
+    """vLLM's own W8A16 kernel where it runs (AMX), else the same code gated on the op."""
+    failures = []
+    for kernel in (CPUFp8PerTensorScaledMMLinearKernel, CPUFp8W8A16HeadKernel):
+        supported, reason = kernel.is_supported()
+        if supported:
+            possible, reason = kernel.can_implement(config)
+            if possible:
+                return kernel, None
+        failures.append(f"{kernel.__name__}: {reason}")
+    return None, "; ".join(failures)
+
+
+def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig, *, cpu_kernel: str) -> KernelChoice:
+    """The head's kernel: on a CPU the packed W8A16 one unless ``cpu_kernel`` is ``scaled_mm``,
+    else vLLM's own choice, in vLLM's order of preference, over the layout-keeping kernels."""
     try:
         unrestricted = choose_scaled_mm_linear_kernel(
             config, _POSSIBLE_FP8_KERNELS, quantization="fp8_w8a8"
         ).__name__
     except ValueError:
         unrestricted = None
+    warning = None
+    if current_platform.is_cpu():
+        if cpu_kernel == "auto":
+            packed, why_not = _cpu_packed(config)
+            if packed is not None:
+                return KernelChoice(packed, LAYOUT_PACKED, unrestricted, None)
+            warning = f"no W8A16 CPU kernel ({why_not}): {SLOW_CPU_PATH}"
+        else:
+            warning = f"DRAFT_HEAD_FP8_CPU_KERNEL={cpu_kernel}: {SLOW_CPU_PATH}"
+    platform_kernels = _POSSIBLE_FP8_KERNELS.get(current_platform._enum, [])
     kept = [k for k in platform_kernels if k.__name__ in LAYOUT_KEEPING_KERNELS]
     try:
         chosen = choose_scaled_mm_linear_kernel(
@@ -49,7 +134,7 @@ def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig) -> tuple[type, str 
         )
     except ValueError as exc:
         raise HeadFp8EligibilityError(
-            f"no FP8 kernel that keeps the [hidden, vocab] layout the receipt proves can run here "
+            f"no FP8 kernel whose weight layout a receipt can prove runs here "
             f"(tried {[k.__name__ for k in kept]}; vLLM says: {exc})"
         ) from None
-    return chosen, unrestricted
+    return KernelChoice(chosen, LAYOUT_PLAIN, unrestricted, warning)

@@ -7,13 +7,16 @@ in every mode:
   on the target itself and never modified;
 - ``embed_tokens`` registered on an armed drafter's inner model: the share itself.
 
-At the share the receipt is captured, validated and archived with the diagnostics; a failure
-raises from the hook, which makes engine start-up fail with the reason.
+At the share the receipt (v2, or v3 where v2 cannot describe the head) and the exact pick's facts
+are captured, validated and archived with the diagnostics, in one boot shared by every rank of
+the engine; with tensor parallelism the ranks then check each other. A failure raises from the
+hook, which makes engine start-up fail with the reason.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 import weakref
 from typing import Any
 
@@ -21,10 +24,19 @@ import torch
 from torch.nn.modules.module import register_module_module_registration_hook
 from vllm.logger import init_logger
 
-from draft_head_fp8.evidence import POST_SHARE, diagnostics, diagnostics_path, receipt_path
+from draft_head_fp8.evidence import (
+    POST_SHARE,
+    RANKS_PATH,
+    boot_files,
+    diagnostics,
+    diagnostics_path,
+    receipt_path,
+)
 from draft_head_fp8.evidence.checks import validate_post_share_receipt
 from draft_head_fp8.evidence.encoding import document_bytes
-from draft_head_fp8.evidence.receipt import make_runtime_receipt
+from draft_head_fp8.evidence.exact_pick import pick_record, validate_pick
+from draft_head_fp8.evidence.ranks import cross_rank_problems, rank_summary
+from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
 from draft_head_fp8.policy import HeadFp8EligibilityError
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
@@ -41,7 +53,12 @@ _pending: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 class _Armed:
     def __init__(self, drafter: torch.nn.Module, vllm_config: Any) -> None:
         self.drafter = weakref.ref(drafter)
-        self.rank = int(getattr(vllm_config.parallel_config, "rank", 0) or 0)
+        # This worker's name for the engine start; with several ranks, rank 0's wins (each
+        # worker's config is rebuilt, and its instance id with it).
+        instance = str(getattr(vllm_config, "instance_id", "") or "") or uuid.uuid4().hex
+        self.launch_id = f"vllm-{instance}"[:64]
+        speculative = getattr(vllm_config, "speculative_config", None)
+        self.draft_sample_method = getattr(speculative, "draft_sample_method", "greedy")
 
 
 def install_hook() -> None:
@@ -76,7 +93,7 @@ def _on_module_registered(parent: torch.nn.Module, name: str, submodule: Any) ->
     # so that the receipt observes the draft exactly as it will serve.
     parent._modules[name] = submodule
     try:
-        _capture(drafter, submodule, armed.rank)
+        _capture(drafter, submodule, armed)
     except Exception as exc:
         announce_refusal(exc)
         raise
@@ -99,58 +116,131 @@ def _target_language_model(
     )
 
 
-def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, rank: int) -> None:
+def _first_failure(receipt: dict, pick: dict) -> str | None:
+    try:
+        validate_post_share_receipt(receipt)
+        validate_pick(pick)
+    except HeadFp8EligibilityError as exc:
+        return str(exc)
+    return None
+
+
+def _exchange(summary: Any, tp_size: int) -> list[Any]:
+    """Every rank's value, on every rank (one small all-gather over the TP group's CPU side)."""
+    import torch.distributed as dist
+    from vllm.distributed.parallel_state import get_tp_group
+
+    gathered: list[Any] = [None] * tp_size
+    dist.all_gather_object(gathered, summary, group=get_tp_group().cpu_group)
+    return gathered
+
+
+def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, armed: _Armed) -> None:
     target = _target_language_model(drafter, shared_embed)
-    receipt = make_runtime_receipt(
-        head=drafter.lm_head,
+    head = drafter.lm_head
+    method = head.quant_method
+    rank, tp_size = int(getattr(head, "tp_rank", 0)), int(getattr(head, "tp_size", 1))
+    receipt = receipt_for_head(
+        head=head,
         draft_model=drafter,
         target_model=target,
         decision=drafter.head_decision,
         phase=POST_SHARE,
     )
-    try:
-        validate_post_share_receipt(receipt)
-        failure = None
-    except HeadFp8EligibilityError as exc:
-        failure = str(exc)
+    pick = pick_record(
+        method=method,
+        draft_model=drafter,
+        target_model=target,
+        draft_sample_method=armed.draft_sample_method,
+    )
+    failure = _first_failure(receipt, pick)
     record = diagnostics.record(
         phase=POST_SHARE,
         rank=rank,
         target_class=f"{type(target).__module__}.{type(target).__name__}",
-        head=getattr(drafter.lm_head.quant_method, "diagnostics", {}),
+        head=getattr(method, "diagnostics", {}),
+        exact_pick=pick,
         failure=failure,
     )
-    where = _archive(receipt, record, rank)
+    # One boot per engine start, whatever the number of ranks: rank 0 names it.
+    launch_id = armed.launch_id if tp_size == 1 else _exchange(armed.launch_id, tp_size)[0]
+    boot = _join_boot(launch_id, tp_size)
+    _keep(boot, receipt_path(rank), receipt)
+    _keep(boot, diagnostics_path(rank), record)
+    if tp_size > 1:
+        # Each rank proved its own shard; together they must be one head. Every rank reaches
+        # this point (a rank that failed above still reports), so no rank waits forever.
+        mine = rank_summary(
+            rank=rank,
+            tp_size=tp_size,
+            failure=failure,
+            receipt=receipt,
+            scale=record["head"].get("scale"),
+            top_k=pick["top_k"],
+        )
+        summaries = _exchange(mine, tp_size)
+        problems = cross_rank_problems(summaries, tp_size)
+        if rank == 0:
+            _keep(boot, RANKS_PATH, diagnostics.ranks_record(
+                tp_size=tp_size, summaries=summaries, problems=problems
+            ))  # fmt: skip
+        if problems and failure is None:
+            failure = "across ranks: " + "; ".join(problems)
+    _seal(boot)
     if failure is not None:
         raise HeadFp8EligibilityError(
-            f"post-share receipt failed validation: {failure} (receipt archived in {where})"
+            f"post-share receipt failed validation: {failure} (receipt archived in {boot.path})"
         )
     logger.info(
-        "draft-head-fp8: post-share receipt passed: head %s on %s (%s), weight %s %s; target head "
-        "on %s; archived in %s",
+        "draft-head-fp8: post-share receipt passed (%s, rank %d of %d): head %s on %s (%s, %s), "
+        "weight %s %s; %s; target head on %s; archived in %s",
+        receipt["schema"].rsplit("/", 1)[-1],
+        rank,
+        tp_size,
         receipt["prefix"],
         receipt["head_method"],
         receipt["head_kernel"],
+        getattr(method, "weight_layout", "plain"),
         receipt["head_weight"]["dtype"],
         receipt["head_weight"]["shape"],
+        pick["guarantee"],
         receipt["target_lm_head_method"],
-        where,
+        boot.path,
     )
 
 
-def _archive(receipt: dict, record: dict, rank: int) -> str:
+def _archive_error(exc: Exception) -> HeadFp8EligibilityError:
+    # The proof is the product: a boot that cannot keep it does not start.
+    return HeadFp8EligibilityError(
+        f"cannot archive the post-share receipt ({exc}); set DRAFT_HEAD_FP8_ARCHIVE to a "
+        "writable folder"
+    )
+
+
+def _join_boot(launch_id: str, tp_size: int) -> Any:
     from draft_head_fp8.archive import Archive, ArchiveError, default_root
 
     try:
         archive = Archive(os.environ.get("DRAFT_HEAD_FP8_ARCHIVE") or default_root())
-        boot = archive.begin_boot()
-        boot.add_bytes(receipt_path(rank), document_bytes(receipt))
-        boot.add_bytes(diagnostics_path(rank), document_bytes(record))
-        boot.seal()
+        return archive.join_boot(launch_id, expected_files=boot_files(tp_size))
     except (OSError, ArchiveError) as exc:
-        # The proof is the product: a boot that cannot keep it does not start.
-        raise HeadFp8EligibilityError(
-            f"cannot archive the post-share receipt ({exc}); set DRAFT_HEAD_FP8_ARCHIVE to a "
-            "writable folder"
-        ) from exc
-    return str(boot.path)
+        raise _archive_error(exc) from exc
+
+
+def _keep(boot: Any, name: str, document: dict) -> None:
+    from draft_head_fp8.archive import ArchiveError
+
+    try:
+        boot.add_bytes(name, document_bytes(document))
+    except (OSError, ArchiveError) as exc:
+        raise _archive_error(exc) from exc
+
+
+def _seal(boot: Any) -> None:
+    """Seal the boot if this rank wrote the last of its files; the other ranks leave it."""
+    from draft_head_fp8.archive import ArchiveError
+
+    try:
+        boot.seal_if_complete()
+    except (OSError, ArchiveError) as exc:
+        raise _archive_error(exc) from exc
