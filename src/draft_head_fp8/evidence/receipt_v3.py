@@ -108,13 +108,15 @@ def receipt_for_head(
     *, head: Any, draft_model: Any, target_model: Any, decision: Any, phase: str
 ) -> dict:
     """The receipt that says the truth about this head as it serves: v2 wherever v2 can (a
-    plain FP8 ``[hidden, vocab]`` weight at TP 1, or any unquantized head), else v3."""
+    plain ``[hidden, vocab]`` weight, unsharded, with no vocab padding), else v3."""
     method = getattr(head, "quant_method", None)
     layout = getattr(method, "weight_layout", LAYOUT_PLAIN)
     tp_size = call_or_none(lambda: int(head.tp_size)) or 1
     common = dict(head=head, draft_model=draft_model, target_model=target_model, decision=decision)
-    if layout == LAYOUT_PLAIN and tp_size == 1:
-        return make_runtime_receipt(**common, phase=phase)
+    receipt = make_runtime_receipt(**common, phase=phase)
+    padded = receipt["head_partition_vocab_size"] != receipt["draft_config_vocab_size"]
+    if layout == LAYOUT_PLAIN and tp_size == 1 and not padded:
+        return receipt
     return make_runtime_receipt_v3(
         **common,
         phase=phase,
