@@ -20,13 +20,41 @@ def add_parser(sub: Any) -> None:
         sub,
         "check",
         "say from configs alone whether the flag would serve this assistant's head in FP8",
-        "  draft-head-fp8 check ./assistant --target ./target   # exit 0 eligible, 3 not",
+        "examples:\n"
+        "  draft-head-fp8 check ./assistant --target ./target   # exit 0 eligible, 3 not\n"
+        "  draft-head-fp8 check ./assistant --target ./target --estimate --bandwidth 3350\n\n"
+        "--estimate models one decode step as memory-bound (bytes read / bandwidth), from the\n"
+        "configs and safetensors headers alone: no weight is read.",
     )
     p.add_argument("assistant", metavar="ASSISTANT_DIR", help="the MTP assistant's model folder")
     p.add_argument(
         "--target", metavar="TARGET_DIR", help="the target's model folder (dtype and shape checks)"
     )
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="predict the speed-up per decode step (needs --target)",
+    )
+    p.add_argument(
+        "--bandwidth",
+        type=float,
+        default=None,
+        metavar="GB/s",
+        help="memory bandwidth for --estimate (default 4800, an H200)",
+    )
+    p.add_argument(
+        "--speculative-tokens", type=int, default=2, metavar="N", help="for --estimate (default 2)"
+    )
+    p.add_argument("--batch", type=int, default=1, metavar="B", help="for --estimate (default 1)")
+    p.add_argument(
+        "--acceptance-loss",
+        type=float,
+        default=3.0,
+        metavar="PCT",
+        help="for --estimate: what a head that lowers tokens per step by PCT %% would net "
+        "(default 3, what plain FP8 cost on the tiny pair)",
+    )
     p.set_defaults(func=run)
 
 
@@ -34,11 +62,16 @@ def run(args: argparse.Namespace) -> int:
     from draft_head_fp8.checkpoint import CheckpointError
     from draft_head_fp8.preflight import check_assistant, head_bytes
 
+    if args.estimate and not args.target:
+        raise UsageError("--estimate needs --target: the target's bytes set what the head is worth")
+    if not args.estimate and (args.bandwidth is not None):
+        raise UsageError("--bandwidth is an --estimate option")
     try:
         result = check_assistant(args.assistant, args.target)
     except CheckpointError as exc:
         raise UsageError(str(exc)) from None
     sizes = head_bytes(result)
+    estimate = _estimate(args) if args.estimate else None
     if args.json:
         report = {
             "eligible": result.eligible,
@@ -49,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             "assistant": result.assistant,
             "target": result.target,
             "head_bytes": None if sizes is None else {"bf16": sizes[0], "fp8": sizes[1]},
+            "estimate": estimate,
         }
         print(json.dumps(report, indent=2))
         return EXIT_OK if result.eligible else EXIT_INELIGIBLE
@@ -81,4 +115,88 @@ def run(args: argparse.Namespace) -> int:
         )
     for note in result.notes:
         print(f"note       {note}")
+    if estimate is not None:
+        print()
+        print(render_estimate(estimate))
     return EXIT_OK if result.eligible else EXIT_INELIGIBLE
+
+
+def _estimate(args: argparse.Namespace) -> dict:
+    from draft_head_fp8 import estimate, settings
+
+    if args.speculative_tokens < 1 or args.batch < 1:
+        raise UsageError("--speculative-tokens and --batch must be 1 or more")
+    bandwidth = estimate.H200_GBPS if args.bandwidth is None else args.bandwidth
+    if bandwidth <= 0 or not 0 <= args.acceptance_loss < 100:
+        raise UsageError("--bandwidth must be positive and --acceptance-loss within [0, 100)")
+    k = settings.DEFAULT_RESCORE_TOPK
+    try:
+        step = estimate.step_bytes(
+            args.target,
+            args.assistant,
+            speculative_tokens=args.speculative_tokens,
+            batch=args.batch,
+            rescore_k=k,
+        )
+    except estimate.EstimateError as exc:
+        raise UsageError(f"cannot estimate: {exc}") from None
+    loss = args.acceptance_loss / 100
+    return {
+        "model": "memory-bound decode step: bytes read / bandwidth",
+        "bandwidth_gbps": bandwidth,
+        "speculative_tokens": args.speculative_tokens,
+        "batch": args.batch,
+        "rescore_top_k": k,
+        "bytes": {
+            "target": step.target,
+            "draft_body": step.draft_body,
+            "draft_head_bf16": step.draft_head_bf16,
+            "draft_head_fp8": step.draft_head_fp8,
+            "step_bf16": step.bf16,
+            "step_fp8": step.fp8,
+        },
+        "seconds": {
+            "step_bf16": estimate.seconds(step.bf16, bandwidth),
+            "step_fp8": estimate.seconds(step.fp8, bandwidth),
+        },
+        "speedup_equal_acceptance": estimate.speedup(step),
+        "break_even_loss": estimate.break_even_loss(step),
+        "acceptance_loss": loss,
+        "net_with_acceptance_loss": estimate.with_loss(step, loss),
+        "notes": step.notes,
+    }
+
+
+def _gb(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.3f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} us" if seconds >= 1e-4 else f"{seconds * 1e6:,.3f} us"
+
+
+def render_estimate(e: dict) -> str:
+    b, s = e["bytes"], e["seconds"]
+    n, batch = e["speculative_tokens"], e["batch"]
+    lines = [
+        f"estimate   {e['model']}, {e['bandwidth_gbps']:,.0f} GB/s; batch {batch}, "
+        f"{n} draft tokens per step (the target verifies {batch * (n + 1)} tokens)",
+        f"           {'':<26}{'BF16 head':>14}{'FP8 head':>14}",
+        f"           {'target':<26}{_gb(b['target']):>14}{_gb(b['target']):>14}",
+        f"           {f'draft body x {n}':<26}{_gb(b['draft_body']):>14}{_gb(b['draft_body']):>14}",
+        f"           {f'draft head x {n}':<26}{_gb(b['draft_head_bf16']):>14}"
+        f"{_gb(b['draft_head_fp8']):>14}",
+        f"           {'per decode step':<26}{_gb(b['step_bf16']):>14}{_gb(b['step_fp8']):>14}",
+        f"           {'time per step (floor)':<26}{_us(s['step_bf16']):>14}"
+        f"{_us(s['step_fp8']):>14}",
+        f"speed-up   {e['speedup_equal_acceptance']:+.2%} per decode step at equal acceptance "
+        f"(exact draft tokens, top-{e['rescore_top_k']} rescored: the counters do not change)",
+        f"beside it  an acceptance loss that lowers tokens per step by more than "
+        f"{e['break_even_loss']:.2%} would cancel that; a {e['acceptance_loss']:.0%} loss would "
+        f"net {e['net_with_acceptance_loss']:+.2%}",
+    ]
+    lines += [f"note       {note}" for note in e["notes"]]
+    return "\n".join(lines)

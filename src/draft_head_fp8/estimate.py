@@ -1,0 +1,178 @@
+"""What the FP8 draft head should buy on a given pair and device, before spending GPU time.
+
+A memory-bound model of one decode step, from configs and safetensors headers alone (no weights
+are read): every byte a step must read, divided by the memory bandwidth. At small batch a decode
+step is a read of the weights, so this is the floor the hardware can reach, and the FP8 head's
+gain is its share of those bytes.
+
+One decode step with N speculative tokens at batch B:
+- the target verifies B x (N + 1) tokens: it reads every language-model weight once, except what
+  is gathered by token (the input embedding of an untied model, per-layer input embeddings), and
+  of each MoE layer only the experts those tokens are routed to (expected distinct experts under
+  uniform routing: E x (1 - (1 - k/E)^tokens));
+- the draft runs N times at batch B: its body (everything but its embedding, which after the share
+  is the target's and is only gathered) and its head: vocab x hidden x 2 bytes in BF16, x 1 in FP8
+  (+ a 4-byte scale), + B x k x hidden x 2 for exact rescoring of k candidates.
+Vision and audio towers are not read while decoding text. Weights are served in BF16 (vLLM casts
+F32/F16 on load); quantized checkpoint tensors count at their stored size.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from draft_head_fp8.checkpoint import CheckpointError, read_config, read_header, safetensors_files
+
+H200_GBPS = 4800.0
+# Bytes per element as served: floating tensors are cast to BF16, others keep their size.
+_SERVED_BYTES = {"F32": 2, "F16": 2, "BF16": 2, "F64": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1,
+                 "U8": 1, "I16": 2, "I32": 4, "I64": 8, "BOOL": 1}  # fmt: skip
+_NOT_DECODE = ("vision", "audio", "embed_vision", "embed_audio", "multi_modal")
+
+
+class EstimateError(ValueError):
+    """The configs or headers lack what the estimate needs; the message says what."""
+
+
+@dataclass
+class Weights:
+    """A checkpoint's tensors by role: name -> bytes as served."""
+
+    dense: dict[str, int] = field(default_factory=dict)  # read once per forward
+    experts: dict[str, int] = field(default_factory=dict)  # [E, ...]: read per routed expert
+    embedding: dict[str, int] = field(default_factory=dict)  # token embedding table(s)
+    gathered: dict[str, int] = field(default_factory=dict)  # per-layer inputs: rows by token
+    skipped: dict[str, int] = field(default_factory=dict)  # towers not used to decode text
+
+
+def _served_bytes(entry: dict, name: str) -> int:
+    dtype = entry.get("dtype")
+    if dtype not in _SERVED_BYTES:
+        raise EstimateError(f"tensor {name} has dtype {dtype!r}, which this estimate cannot size")
+    count = 1
+    for dim in entry.get("shape") or []:
+        count *= int(dim)
+    return count * _SERVED_BYTES[dtype]
+
+
+def read_weights(model_dir: str | os.PathLike) -> Weights:
+    """Every tensor of a checkpoint, classified, from its safetensors headers."""
+    files = safetensors_files(model_dir)
+    if not files:
+        raise EstimateError(f"{model_dir}: no .safetensors files to size the weights from")
+    weights = Weights()
+    for path in files:
+        if not path.exists():
+            raise EstimateError(f"{path}: listed in the index but missing (download incomplete?)")
+        try:
+            header, _ = read_header(path)
+        except (OSError, CheckpointError) as exc:
+            raise EstimateError(f"{path}: cannot read its safetensors header ({exc})") from None
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            size = _served_bytes(entry, name)
+            if any(part in name for part in _NOT_DECODE):
+                weights.skipped[name] = size
+            elif "embed_tokens_per_layer" in name:
+                weights.gathered[name] = size
+            elif name.endswith("embed_tokens.weight"):
+                weights.embedding[name] = size
+            elif ".experts." in name:
+                weights.experts[name] = size
+            else:
+                weights.dense[name] = size
+    return weights
+
+
+def _text(config: dict) -> dict:
+    return config.get("text_config") or config
+
+
+def expected_experts(experts: int, top_k: int, tokens: int) -> float:
+    """Distinct experts ``tokens`` tokens touch in one layer, routed uniformly at random."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+@dataclass
+class StepBytes:
+    target: float
+    draft_body: float
+    draft_head_bf16: float
+    draft_head_fp8: float
+    notes: list[str]
+
+    @property
+    def bf16(self) -> float:
+        return self.target + self.draft_body + self.draft_head_bf16
+
+    @property
+    def fp8(self) -> float:
+        return self.target + self.draft_body + self.draft_head_fp8
+
+
+def target_step_bytes(config: dict, weights: Weights, tokens: int) -> tuple[float, list[str]]:
+    text = _text(config)
+    notes = []
+    total = float(sum(weights.dense.values()))
+    tied = bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", True)))
+    if tied:
+        total += sum(weights.embedding.values())  # the tied head reads the whole table
+    if weights.experts:
+        experts, top_k = text.get("num_experts"), text.get("top_k_experts")
+        if not isinstance(experts, int) or not isinstance(top_k, int) or experts <= 0:
+            raise EstimateError(
+                "the target has expert weights but its config lacks num_experts/top_k_experts"
+            )
+        touched = min(float(experts), expected_experts(experts, top_k, tokens))
+        total += sum(weights.experts.values()) * touched / experts
+        notes.append(
+            f"MoE target: {touched:.1f} of {experts} experts per layer touched by {tokens} "
+            f"token(s) (top-{top_k}, uniform routing)"
+        )
+    return total, notes
+
+
+def step_bytes(
+    target_dir: str | os.PathLike,
+    assistant_dir: str | os.PathLike,
+    *,
+    speculative_tokens: int,
+    batch: int,
+    rescore_k: int,
+) -> StepBytes:
+    target_config, assistant_config = read_config(target_dir), read_config(assistant_dir)
+    draft_text = _text(assistant_config)
+    hidden, vocab = draft_text.get("hidden_size"), draft_text.get("vocab_size")
+    missing = [n for n, v in (("hidden_size", hidden), ("vocab_size", vocab)) if not v]
+    if missing:
+        raise EstimateError(f"{assistant_dir}: config lacks {' and '.join(missing)}")
+    target, notes = target_step_bytes(
+        target_config, read_weights(target_dir), batch * (speculative_tokens + 1)
+    )
+    draft = read_weights(assistant_dir)
+    body = float(sum(draft.dense.values()) + sum(draft.experts.values()))
+    head_bf16 = hidden * vocab * 2
+    head_fp8 = hidden * vocab + 4 + batch * rescore_k * hidden * 2
+    n = speculative_tokens
+    return StepBytes(target, n * body, n * head_bf16, n * head_fp8, notes)
+
+
+def speedup(step: StepBytes) -> float:
+    """Relative gain of a step with the FP8 head at equal acceptance (0.01 = 1 % faster)."""
+    return step.bf16 / step.fp8 - 1.0
+
+
+def break_even_loss(step: StepBytes) -> float:
+    """The fraction of tokens per step an acceptance loss may cost before FP8 is slower."""
+    return 1.0 - step.fp8 / step.bf16
+
+
+def with_loss(step: StepBytes, loss: float) -> float:
+    """Net gain when the FP8 head also lowers tokens per step by ``loss`` (0.03 = 3 %)."""
+    return (1.0 + speedup(step)) * (1.0 - loss) - 1.0
+
+
+def seconds(total_bytes: float, bandwidth_gbps: float) -> float:
+    return total_bytes / (bandwidth_gbps * 1e9)
