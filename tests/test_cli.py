@@ -236,3 +236,34 @@ def test_debug_shows_the_traceback(tmp_path):
     proc = cli("--debug", "check", str(tmp_path / "nope"))
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr
+
+
+# ------------------------------------------------------------------ compare (fast paths)
+
+
+def test_compare_refuses_an_unsafe_assistant_before_starting_any_engine(pairs):
+    proc = cli("compare", "--target", str(pairs["dense"].target), "--assistant",
+               str(pairs["untied"].assistant))  # fmt: skip
+    assert proc.returncode == 3
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "refused: untied draft embedding/head is outside this alias-safe prototype"
+    )
+    assert "[2/4]" not in proc.stderr  # no engine was started
+
+
+@pytest.mark.parametrize("content", ["", "[1, 2]", "[not json"])
+def test_compare_says_what_is_wrong_with_a_prompts_file(pairs, tmp_path, content):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(content)
+    proc = cli("compare", "--target", str(pairs["dense"].target), "--assistant",
+               str(pairs["dense"].assistant), "--prompts", str(prompts))  # fmt: skip
+    assert proc.returncode == 2
+    assert str(prompts) in one_line_error(proc)
+
+
+def test_compare_help_teaches_with_an_example():
+    proc = cli("compare", "--help")
+    assert proc.returncode == 0
+    assert "draft-head-fp8 compare --target" in proc.stdout and "exit status" in proc.stdout
+    for option in ("--prompts", "--tensor-parallel-size", "--max-model-len", "--dtype", "--json"):
+        assert option in proc.stdout

@@ -53,6 +53,8 @@ def test_every_readme_command_is_covered_below():
         "draft-head-fp8 tiny-models ",
         "draft-head-fp8 check pair",
         "draft-head-fp8 check refused",
+        "draft-head-fp8 compare --target <target>",
+        "draft-head-fp8 compare --target pair",
     ]
     uncovered = [c for c in COMMANDS if not any(c.startswith(g) for g in groups)]
     assert COMMANDS and uncovered == []
@@ -86,16 +88,26 @@ def test_receipt_commands_run_as_written():
 
 
 def test_walkthrough_runs_as_written(tmp_path):
-    expected = {"draft-head-fp8 check refused/assistant": 3}
+    expected = {
+        "draft-head-fp8 check refused/assistant": 3,
+        "draft-head-fp8 compare --target pair/target --assistant refused/assistant": 3,
+    }
     walkthrough = (
         commands("draft-head-fp8 tiny-models ")
         + commands("draft-head-fp8 check pair")
         + commands("draft-head-fp8 check refused")
+        + commands("draft-head-fp8 compare --target pair")
     )
-    assert len(walkthrough) == 4
+    assert len(walkthrough) == 6
     for command in sorted(walkthrough, key=COMMANDS.index):
         proc = shell(command, cwd=tmp_path)
         assert proc.returncode == expected.get(command, 0), (command, proc.stdout, proc.stderr)
+        if "--estimate" in command:
+            assert "per decode step at equal acceptance" in proc.stdout
+        if command.startswith("draft-head-fp8 compare"):  # refused from the configs, in one line
+            assert proc.stderr.strip().splitlines()[-1] == (
+                "refused: ordered embeddings bypass LogitsProcessor.quant_method.apply"
+            )
 
 
 def test_check_with_placeholders(tmp_path):
@@ -106,7 +118,33 @@ def test_check_with_placeholders(tmp_path):
     )
     proc = shell(command, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "eligible" in proc.stdout
+    assert "eligible" in proc.stdout and "estimate   memory-bound decode step" in proc.stdout
+
+
+@pytest.mark.engine
+def test_compare_with_placeholders_on_your_own_pair(tmp_path):
+    """`compare` end to end on a pair the user brings (here a random tiny one), as written."""
+    pair = build_tiny_pair(tmp_path / "pair", seed=11)
+    (tmp_path / "prompts.txt").write_text("The quick brown fox\nReturn a new list containing\n")
+    (command,) = commands("draft-head-fp8 compare --target <target>")
+    command = command.replace("<assistant>", str(pair.assistant)).replace(
+        "<target>", str(pair.target)
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "DRAFT_HEAD_FP8_"))}
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CACHE_HOME=str(tmp_path / "xdg-cache"),
+               HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path))  # fmt: skip
+    proc = shell(f"{command} --json compare.json", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[1/4]" in proc.stderr and "[4/4]" in proc.stderr
+    facts = json.loads((tmp_path / "compare.json").read_text())
+    assert facts["texts_identical"] and facts["spec_decode_identical"]
+    assert facts["draft_tokens_identical"] == 1.0
+    for figures in facts["figures"].values():
+        assert figures["draft_head_ms_per_call"] > 0 and figures["tokens_per_second"] > 0
+        assert figures["peak_rss_bytes"] > 0 and figures["generated_tokens"] > 0
+    assert facts["receipt"]["valid"] and facts["archive"]["verify_ok"]
+    for text in ("draft head time per call", "generation tokens/s", "peak memory", "VALID"):
+        assert text in proc.stdout
 
 
 @pytest.mark.engine
@@ -138,6 +176,9 @@ def test_demo_and_the_archive_commands(tmp_path):
     # half the bytes, plus a 4-byte scale
     assert head_bytes(on) * 2 - 8 == head_bytes(off) == 2 * off["head_weight"]["numel"]
     assert facts["archive"]["verify_ok"] is True
+    # Exact draft tokens, shown as the demo shows them: every FP8 pick is the BF16 head's.
+    assert facts["spec_decode_identical"] is True and facts["draft_tokens_identical"] == 1.0
+    assert all(f["draft_head_ms_per_call"] > 0 for f in facts["figures"].values())
     assert not (tmp_path / "state").exists() or not any(
         (tmp_path / "state").rglob("*")
     )  # no surprise disk use
@@ -147,6 +188,9 @@ def test_demo_and_the_archive_commands(tmp_path):
         "flag on (FP8 draft head)",
         "draft acceptance",
         "final texts identical: yes",
+        "vLLM's spec-decode counters identical: yes",
+        "(100.0%)",
+        "draft head time per call",
         "pass  target head unquantized",
         "<- this run",
     ):

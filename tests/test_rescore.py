@@ -125,3 +125,17 @@ def test_the_record_says_what_each_mode_guarantees():
     assert "may differ" in guarantee(0, "greedy")
     assert "BF16 head's whenever it is among the FP8 top-4" in guarantee(4, "greedy")
     assert "not exactly BF16's" in guarantee(4, "probabilistic")
+
+
+def test_it_traces_whole_without_a_host_sync():
+    # fullgraph=True refuses any graph break, and a host synchronisation (.item(), a data-
+    # dependent shape, a Python branch on a tensor) is one: what CUDA-graph capture also forbids.
+    w, q = head(seed=19, vocab=2048 - 48, padding=48)
+    x = torch.randn(5, HIDDEN, generator=torch.Generator().manual_seed(19)).to(torch.bfloat16)
+    scanned = fp8_logits(x, q)
+
+    def pick(logits, hidden):
+        return rescore_top_k(logits, hidden, w, k=4, valid_rows=2048 - 48)
+
+    compiled = torch.compile(pick, fullgraph=True, dynamic=False, backend="aot_eager")
+    assert torch.equal(compiled(scanned.clone(), x), pick(scanned.clone(), x))

@@ -1,22 +1,66 @@
 """The same target, assistant and prompts served twice by the real engine, flag off (BF16 draft
-head) and flag on (FP8 draft head), and what the evidence says about the two runs.
+head) and flag on (FP8 draft head), and what the two runs measured and proved.
 
-The FP8 side is read back from the archive, the receipt and diagnostics a user reads; the BF16
-side is the same receipt capture of the stock head (``probe``). Used by ``draft-head-fp8 demo``.
+The FP8 side is read back from the archive, the receipts and diagnostics a user reads; the BF16
+side is the same receipt capture of the stock head (``probe``). Used by ``draft-head-fp8
+compare`` and, on the shipped pair, by ``draft-head-fp8 demo``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from draft_head_fp8 import harness
-from draft_head_fp8.evidence import diagnostics_path, receipt_path
+from draft_head_fp8.evidence import RANKS_PATH, diagnostics_path, receipt_path
 
 Progress = Callable[[str], None]
+REFUSAL = "draft-head-fp8: refusing to start: "
 # Bytes per element of the dtypes a head snapshot can name.
 _DTYPE_BYTES = {"float8_e4m3fn": 1, "float8_e5m2": 1, "bfloat16": 2, "float16": 2, "float32": 4}
+
+
+class EngineFailed(RuntimeError):
+    """An engine run did not finish; the message ends with the last lines of its log."""
+
+
+class Refused(RuntimeError):
+    """The flag-on engine refused to start, with the plugin's one-line reason."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What both runs share: how vLLM is started and what it is asked."""
+
+    prompts: list[str]
+    max_tokens: int = 32
+    speculative_tokens: int = 2
+    tensor_parallel_size: int = 1
+    max_model_len: int = 256
+    dtype: str = "bfloat16"
+    kv_cache_memory_bytes: int = 64 << 20  # 0: let vLLM size it
+    eager: bool = True
+    # Count FP8 picks against the BF16 head's in the flag-on run. It holds a second BF16 copy of
+    # the head in the worker while it runs, so memory figures are measured without it.
+    draft_agreement: bool = True
+
+    def probe_args(self) -> tuple[str, ...]:
+        args = [
+            "--max-tokens", str(self.max_tokens),
+            "--speculative-tokens", str(self.speculative_tokens),
+            "--tensor-parallel-size", str(self.tensor_parallel_size),
+            "--max-model-len", str(self.max_model_len),
+            "--dtype", self.dtype,
+            "--kv-cache-memory-bytes", str(self.kv_cache_memory_bytes),
+        ]  # fmt: skip
+        if not self.eager:
+            args.append("--no-eager")
+        for prompt in self.prompts:
+            args += ["--prompt", prompt]
+        return tuple(args)
 
 
 def snapshot_bytes(snapshot: dict | None) -> int | None:
@@ -29,7 +73,7 @@ def snapshot_bytes(snapshot: dict | None) -> int | None:
 
 
 def head_bytes(receipt: dict) -> int | None:
-    """What one read of the draft head costs: its weight plus its scale, if any."""
+    """What one read of the draft head costs on this rank: its weight plus its scale, if any."""
     weight = snapshot_bytes(receipt.get("head_weight"))
     scale = snapshot_bytes(receipt.get("head_weight_scale"))
     return None if weight is None else weight + (scale or 0)
@@ -64,76 +108,123 @@ def _engine(
         progress=lambda seconds: progress(f"      ... {seconds:.0f} s"),
     )
     if not run.ok:
-        raise RuntimeError(
+        reasons = [line for line in run.stderr.splitlines() if line.startswith(REFUSAL)]
+        if flag and reasons:
+            raise Refused(reasons[0].removeprefix(REFUSAL))
+        raise EngineFailed(
             f"the {name} engine failed (exit {run.returncode}); last lines of {log}:\n{run.tail()}"
         )
     progress(f"      done in {run.seconds:.0f} s")
     return run.facts
 
 
-def compare(
-    target: Path,
-    assistant: Path,
-    prompts: list[str],
-    *,
-    cache: Path,
-    archive_root: Path,
-    max_tokens: int,
-    speculative_tokens: int,
-    progress: Progress,
-) -> dict:
+def figures(run: dict) -> dict:
+    """What one run measured, in the units people quote."""
+    spec, timing = run["spec_decode"], run.get("draft_head_timing") or {}
+    generate = run["seconds"]["generate"]
+    devices = [b for b in run.get("peak_device_bytes") or [] if b is not None]
+    return {
+        "acceptance_rate": spec.get("acceptance_rate"),
+        "mean_acceptance_length": spec.get("mean_acceptance_length"),
+        "draft_tokens": spec.get("num_draft_tokens"),
+        "accepted_tokens": spec.get("num_accepted_tokens"),
+        "draft_head_ms_per_call": None if not timing else 1e3 * timing["median_s"],
+        "draft_head_calls": timing.get("calls"),
+        "generated_tokens": run["generated_tokens"],
+        "generate_seconds": generate,
+        "tokens_per_second": run["generated_tokens"] / generate if generate else None,
+        "peak_rss_bytes": run.get("peak_rss_bytes"),
+        "peak_device_bytes": max(devices) if devices else None,
+    }
+
+
+def _read_boot(archive_root: Path, boots_before: int, tp_size: int) -> dict:
     from draft_head_fp8.archive import Archive
     from draft_head_fp8.evidence.checks import check_results
     from draft_head_fp8.evidence.verdict import receipt_verdict
 
-    args = ("--max-tokens", str(max_tokens), "--speculative-tokens", str(speculative_tokens))
-    for prompt in prompts:
-        args += ("--prompt", prompt)
-    common = dict(target=target, assistant=assistant, cache=cache, archive=archive_root)
-    before = _tree(archive_root)
-    off = _engine("[2/4]", "flag-off", flag=False, args=args, progress=progress, **common)
-    off_wrote_nothing = _tree(archive_root) == before
-    boots_before = len(Archive(archive_root).boots()) if archive_root.exists() else 0
-    on = _engine(
-        "[3/4]", "flag-on", flag=True, args=args + ("--draft-agreement",), progress=progress,
-        **common,
-    )  # fmt: skip
-
-    progress("[4/4] reading the receipt back from the archive")
     archive = Archive(archive_root)
     boots = archive.boots()
     if len(boots) != boots_before + 1:
         found = len(boots) - boots_before
-        raise RuntimeError(f"expected one new boot in {archive_root}, found {found}")
+        raise EngineFailed(f"expected one new boot in {archive_root}, found {found}")
     boot = boots[-1]
-    receipt = json.loads(boot.read_bytes(receipt_path(0)))
-    record = json.loads(boot.read_bytes(diagnostics_path(0)))
+    receipts = [json.loads(boot.read_bytes(receipt_path(r))) for r in range(tp_size)]
+    records = [json.loads(boot.read_bytes(diagnostics_path(r))) for r in range(tp_size)]
+    ranks = json.loads(boot.read_bytes(RANKS_PATH)) if tp_size > 1 else None
+    verdicts = [receipt_verdict(receipt) for receipt in receipts]
     report = archive.verify()
-    hashes = {
-        off["after_start"]["target_embed_sha256"],
-        on["after_start"]["target_embed_sha256"],
-        on["after_generate"]["target_embed_sha256"],
-    }
     return {
-        "models": {"target": str(target), "assistant": str(assistant)},
-        "prompts": prompts,
-        "flag_off": off,
-        "flag_on": on,
-        "texts_identical": off["texts"] == on["texts"],
-        "tokens_identical": off["token_ids"] == on["token_ids"],
-        "target_embed_unchanged": len(hashes) == 1,
-        "flag_off_wrote_nothing": off_wrote_nothing,
         "receipt": {
             "boot": boot.name,
             "path": str(boot.path / receipt_path(0)),
-            "valid": receipt_verdict(receipt) is None,
-            "checks": check_results(receipt),
-            "document": receipt,
+            "schema": receipts[0]["schema"],
+            "valid": all(v is None for v in verdicts) and (ranks is None or ranks["passed"]),
+            "reasons": [v for v in verdicts if v is not None]
+            + (ranks["problems"] if ranks else []),
+            "checks": check_results(receipts[0]),
+            "document": receipts[0],
+            "ranks": ranks,
         },
-        "diagnostics": record,
+        "diagnostics": records[0],
+        "diagnostics_ranks": records,
         "archive": {
             "root": str(archive_root),
             "verify_ok": report.ok,
             "newest": [b.summary() for b in boots[-5:]],
         },
     }
+
+
+def compare(
+    target: Path,
+    assistant: Path,
+    options: EngineOptions,
+    *,
+    cache: Path,
+    archive_root: Path,
+    progress: Progress,
+) -> dict:
+    """Both runs and their evidence. Raises ``Refused`` when the flag-on engine refuses the
+    head, ``EngineFailed`` when an engine fails otherwise."""
+    from draft_head_fp8.archive import Archive
+
+    args = options.probe_args()
+    common = dict(target=target, assistant=assistant, cache=cache, archive=archive_root)
+    before = _tree(archive_root)
+    off = _engine("[2/4]", "flag-off", flag=False, args=args, progress=progress, **common)
+    off_wrote_nothing = _tree(archive_root) == before
+    boots_before = len(Archive(archive_root).boots()) if archive_root.exists() else 0
+    watch = ("--draft-agreement",) if options.draft_agreement else ()
+    on = _engine("[3/4]", "flag-on", flag=True, args=args + watch, progress=progress, **common)
+    progress("[4/4] reading the receipts back from the archive")
+    evidence = _read_boot(archive_root, boots_before, options.tensor_parallel_size)
+    hashes = {
+        off["after_start"]["target_embed_sha256"],
+        on["after_start"]["target_embed_sha256"],
+        on["after_generate"]["target_embed_sha256"],
+    }
+    agreement = on.get("draft_agreement") or {}
+    return {
+        "models": {"target": str(target), "assistant": str(assistant)},
+        "options": dict(options.__dict__),
+        "flag_off": off,
+        "flag_on": on,
+        "figures": {"flag_off": figures(off), "flag_on": figures(on)},
+        "draft_tokens_identical": agreement.get("agree") / agreement["steps"]
+        if agreement.get("steps")
+        else None,
+        "texts_identical": off["texts"] == on["texts"],
+        "tokens_identical": off["token_ids"] == on["token_ids"],
+        "spec_decode_identical": off["spec_decode"] == on["spec_decode"],
+        "target_embed_unchanged": len(hashes) == 1,
+        "flag_off_wrote_nothing": off_wrote_nothing,
+        **evidence,
+    }
+
+
+def ok(facts: dict[str, Any]) -> bool:
+    """What the demo and ``compare`` exit 0 on: proven, lossless, the target untouched."""
+    return bool(
+        facts["receipt"]["valid"] and facts["texts_identical"] and facts["target_embed_unchanged"]
+    )

@@ -139,19 +139,28 @@ def watch_draft_agreement(worker: Any, assistant_dir: str) -> bool:
     drafter = _runner(worker).drafter.model
     path, _, _ = find_tensor(assistant_dir)
     with safe_open(path, framework="pt") as f:
-        bf16_head = f.get_tensor(EMBED_TENSOR).to(torch.bfloat16).float()
+        bf16_head = f.get_tensor(EMBED_TENSOR).to(torch.bfloat16)
     soft_cap = getattr(drafter.logits_processor, "soft_cap", None)
+    rows = max(1, (64 << 20) // (4 * bf16_head.shape[1]))  # 64 MiB of float32 rows at a time
+
+    def bf16_logits(hidden: Any) -> Any:
+        h = hidden.float().cpu()
+        return torch.cat(
+            [h @ bf16_head[i : i + rows].float().t() for i in range(0, len(bf16_head), rows)], -1
+        )
+
     served = drafter.compute_logits
     stats = {"steps": 0, "agree": 0}
 
     def compute_logits(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
         logits = served(hidden_states, *args, **kwargs)
         if logits is not None:
-            reference = (hidden_states.float() @ bf16_head.t()).to(logits.dtype)
+            reference = bf16_logits(hidden_states).to(logits.dtype)
             if soft_cap is not None:
                 reference = torch.tanh(reference / soft_cap) * soft_cap
-            vocab = min(reference.shape[-1], logits.shape[-1])
-            same = logits[..., :vocab].argmax(-1) == reference[..., :vocab].argmax(-1)
+            served_logits = logits.cpu()
+            vocab = min(reference.shape[-1], served_logits.shape[-1])
+            same = served_logits[..., :vocab].argmax(-1) == reference[..., :vocab].argmax(-1)
             stats["steps"] += int(same.numel())
             stats["agree"] += int(same.sum())
         return logits

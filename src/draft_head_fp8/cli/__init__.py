@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from draft_head_fp8.cli import check, demo, receipt, tiny_models
+from draft_head_fp8.cli import check, compare, demo, receipt, tiny_models
 from draft_head_fp8.cli._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -29,6 +29,7 @@ DESCRIPTION = (
 EXAMPLES = (
     "examples:\n"
     "  draft-head-fp8 demo                          # the whole product on tiny real models\n"
+    "  draft-head-fp8 compare --target T --assistant A  # the same on your own pair\n"
     "  draft-head-fp8 check ./gemma-4-31b-assistant # would the flag quantize this head?\n"
     "  draft-head-fp8 archive verify                # every boot's proof intact?"
 )
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show tracebacks instead of one-line errors"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (demo, check, receipt, tiny_models):
+    for command in (demo, compare, check, receipt, tiny_models):
         command.add_parser(sub)
     add_archive_parser(sub)
     return parser
