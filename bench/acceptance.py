@@ -1,12 +1,14 @@
-"""Speculative-decoding acceptance on the real vLLM engine: BF16 draft head vs FP8 draft head.
+"""Speculative-decoding acceptance on the real vLLM engine: BF16 draft head, plain FP8, and FP8
+with the exact top-k pick at several k.
 
-    python -m bench.acceptance [--prompts 24] [--max-tokens 64] [--spec-tokens 3]
+    python -m bench.acceptance [--prompts 64] [--max-tokens 64] [--spec-tokens 3] [--k 1 2 4 8]
 
 Runs vLLM (CPU build works) with the trained tiny Gemma 4 pair that ships in
-``draft_head_fp8/data/tiny_pair`` (target + MTP assistant, ``method="mtp"``), greedy, over the same
-held-out prompts twice, each in its own subprocess (the plugin reads the experiment flag when vLLM
-loads it): once with ``VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8`` unset (BF16 draft head, vLLM as shipped)
-and once with it set to 1 (the draft head served in FP8). Reports vLLM's own spec-decode counters
+``draft_head_fp8/data/tiny_pair`` (target + MTP assistant, ``method="mtp"``), greedy, over the
+same held-out prompts, each configuration in its own subprocess (the plugin reads its settings
+when vLLM loads it): ``VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8`` unset (BF16 draft head, vLLM as
+shipped), set with ``DRAFT_HEAD_FP8_RESCORE_TOPK=0`` (plain FP8 logits), and set with each k.
+Reports vLLM's own spec-decode counters
 (``llm.get_metrics()``: ``vllm:spec_decode_num_drafts`` / ``num_draft_tokens`` /
 ``num_accepted_tokens`` / ``num_accepted_tokens_per_pos``), the acceptance rate, the mean
 acceptance length (vLLM's convention: 1 + accepted / drafts), whether the generated token ids are
@@ -47,7 +49,7 @@ def build_prompts(target_dir: Path, count: int, prompt_tokens: int) -> list[list
 
 
 def offline_paired(args, prompts: list[list[int]]) -> dict:
-    """The same greedy speculative decoding simulated in torch (``draft_replay.offline_acceptance``),
+    """The same greedy speculative decoding simulated in torch (``offline_acceptance``),
     replayed with the BF16 head and the FP8 head on *the same* target continuations: a paired
     comparison, free of the run-to-run noise of two engine runs. The FP8 head is the plugin's
     quantization with ``_scaled_mm`` semantics emulated in float32 (``bench/fidelity.py``)."""
@@ -57,6 +59,7 @@ def offline_paired(args, prompts: list[list[int]]) -> dict:
 
     from bench.heads import fp8_emulated
     from draft_head_fp8.fp8 import quantize_per_tensor
+    from draft_head_fp8.rescore import rescore_top_k
     from tools.draft_replay import offline_acceptance
 
     threads = torch.get_num_threads()
@@ -78,20 +81,31 @@ def offline_paired(args, prompts: list[list[int]]) -> dict:
         flat = h.reshape(-1, h.shape[-1]).to(torch.bfloat16)
         return fp8_emulated(flat, quant.weight, quant.scale).view(*h.shape[:-1], -1)
 
+    def picked(k):
+        def head(h):
+            flat = h.reshape(-1, h.shape[-1]).to(torch.bfloat16)
+            logits = fp8_emulated(flat, quant.weight, quant.scale)
+            out = rescore_top_k(logits, flat, w, k=k, valid_rows=w.shape[0])
+            return out.view(*h.shape[:-1], -1)
+
+        return head
+
     result = offline_acceptance(
         target,
         assistant,
         prompts,
         new_tokens=args.max_tokens,
         steps=args.spec_tokens,
-        heads={"bf16": bf16_head, "fp8": fp8_head},
+        heads={"bf16": bf16_head, "fp8": fp8_head, **{f"fp8+pick{k}": picked(k) for k in args.k}},
     )
     torch.set_num_threads(threads)
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
 
 
-def run_config(name: str, fp8: bool, args, prompts_file: Path, scratch: Path) -> dict:
+def run_config(
+    name: str, fp8: bool, args, prompts_file: Path, scratch: Path, settings: dict | None = None
+) -> dict:
     from draft_head_fp8 import harness
     from draft_head_fp8.archive import Archive
     from draft_head_fp8.evidence import diagnostics_path, receipt_path
@@ -99,6 +113,7 @@ def run_config(name: str, fp8: bool, args, prompts_file: Path, scratch: Path) ->
     archive = scratch / f"archive-{name}"
     env = harness.engine_env(scratch / f"cache-{name}", flag=fp8, archive=archive)
     env["VLLM_LOGGING_LEVEL"] = os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")
+    env.update(settings or {})
     run = harness.launch(
         args.target,
         args.assistant,
@@ -107,7 +122,7 @@ def run_config(name: str, fp8: bool, args, prompts_file: Path, scratch: Path) ->
         cwd=scratch,
         timeout=args.timeout,
         args=(
-            "--prompt-token-ids", str(prompts_file), "--ignore-eos",
+            "--prompt-token-ids", str(prompts_file), "--ignore-eos", "--draft-agreement",
             "--max-tokens", str(args.max_tokens), "--speculative-tokens", str(args.spec_tokens),
         ),
     )  # fmt: skip
@@ -165,65 +180,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--spec-tokens", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per engine run")
+    parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 4, 8], help="pick sizes")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "acceptance.json")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
     prompts = build_prompts(args.target, args.prompts, args.prompt_tokens)
-    print(
-        "offline paired estimate (torch, BF16 and FP8 heads on the same continuations) ...",
-        flush=True,
-    )
+    print("offline paired estimate (torch replay, every head on the same continuations) ...")
     offline = offline_paired(args, prompts)
+    # name -> (flag, settings): stock vLLM; plain FP8 (k = 0, the first version's logits);
+    # FP8 with the exact pick at each k (the default is the plugin's).
+    configs = {"bf16": (False, {}), "fp8": (True, {"DRAFT_HEAD_FP8_RESCORE_TOPK": "0"})}
+    for k in args.k:
+        configs[f"fp8+pick{k}"] = (True, {"DRAFT_HEAD_FP8_RESCORE_TOPK": str(k)})
     runs = {}
     with tempfile.TemporaryDirectory(prefix="dhfp8-acceptance-") as tmp:
         scratch = Path(tmp)
         prompts_file = scratch / "prompts.json"
         prompts_file.write_text(json.dumps(prompts))
-        for name, fp8 in (("bf16", False), ("fp8", True)):
-            print(f"running vLLM with the {name.upper()} draft head ...", flush=True)
-            runs[name] = run_config(name, fp8, args, prompts_file, scratch)
-
-    bf16, fp8 = runs["bf16"], runs["fp8"]
-    same = [a == b for a, b in zip(bf16["token_ids"], fp8["token_ids"])]
-    first_diff = []
-    for a, b in zip(bf16["token_ids"], fp8["token_ids"]):
-        idx = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
-        first_diff.append(idx)
+        for name, (flag, settings) in configs.items():
+            print(f"running vLLM: {name} draft head ...", flush=True)
+            runs[name] = run_config(name, flag, args, prompts_file, scratch, settings)
+    bf16 = runs["bf16"]
     rate_b = bf16["spec_decode"]["acceptance_rate"]
-    rate_f = fp8["spec_decode"]["acceptance_rate"]
-    kept = rate_f / rate_b if rate_b else None
-    summary = {
-        "acceptance_rate_bf16": rate_b,
-        "acceptance_rate_fp8": rate_f,
-        "fp8_over_bf16_acceptance": kept,
-        "goal_fp8_keeps_99pct": None if kept is None else kept >= 0.99,
-        "mean_acceptance_length_bf16": bf16["spec_decode"]["mean_acceptance_length"],
-        "mean_acceptance_length_fp8": fp8["spec_decode"]["mean_acceptance_length"],
-        "identical_outputs": sum(same),
-        "prompts": len(same),
-        "all_outputs_identical": all(same),
-        "offline_paired_fp8_over_bf16_acceptance": (
-            offline["fp8"]["acceptance_rate"] / offline["bf16"]["acceptance_rate"]
+    summary = {}
+    for name, run in runs.items():
+        rate = run["spec_decode"]["acceptance_rate"]
+        agreement = run.get("draft_agreement") or {}
+        summary[name] = {
+            "acceptance_rate": rate,
+            "mean_acceptance_length": run["spec_decode"]["mean_acceptance_length"],
+            "acceptance_over_bf16": rate / rate_b if rate_b else None,
+            "spec_decode_equals_bf16": run["spec_decode"] == bf16["spec_decode"],
+            "outputs_identical_to_bf16": sum(
+                a == b for a, b in zip(bf16["token_ids"], run["token_ids"])
+            ),
+            "draft_tokens_identical": agreement.get("agree") / agreement["steps"]
+            if agreement.get("steps")
+            else None,
+            "offline_acceptance_over_bf16": offline[name]["acceptance_rate"]
+            / offline["bf16"]["acceptance_rate"]
             if offline["bf16"]["acceptance_rate"]
-            else None
-        ),
-        "fp8_head_served": fp8["served"]["head_weight"]["dtype"] == "torch.float8_e4m3fn",
-        "bf16_head_served": bf16["served"]["head_weight"]["dtype"] == "torch.bfloat16",
-    }
+            else None,
+            "head": f"{run['served']['head_weight']['dtype'].removeprefix('torch.')}, "
+            f"{run['served']['head_method']}, {run['served']['head_kernel']}",
+        }
     record = {
-        "schema": "draft-head-fp8-bench-acceptance/v1",
+        "schema": "draft-head-fp8-bench-acceptance/v2",
         "what": "greedy speculative decoding with the shipped tiny trained Gemma 4 pair on vLLM; "
-        "the same prompts with the BF16 draft head (flag unset) and the FP8 draft head (flag=1)",
+        "the same prompts with the BF16 draft head (flag unset), plain FP8 (k = 0) and FP8 with "
+        "the exact top-k pick",
         "config": {
-            "target": str(
-                args.target.relative_to(ROOT) if args.target.is_relative_to(ROOT) else args.target
-            ),
-            "assistant": str(
-                args.assistant.relative_to(ROOT)
-                if args.assistant.is_relative_to(ROOT)
-                else args.assistant
-            ),
+            "target": _shown(args.target),
+            "assistant": _shown(args.assistant),
             "method": "mtp",
             "num_speculative_tokens": args.spec_tokens,
             "prompts": len(prompts),
@@ -236,7 +245,6 @@ def main(argv: list[str] | None = None) -> int:
         "versions": _versions(),
         "summary": summary,
         "offline_paired_estimate": offline,
-        "first_divergence_index": first_diff,
         "prompts_sha256": _ids_sha256(prompts),
         "sample_prompt_token_ids": prompts[:3],
         "runs": {name: _compact(run) for name, run in runs.items()},
@@ -248,57 +256,26 @@ def main(argv: list[str] | None = None) -> int:
     def f(x, fmt="{:.4f}"):
         return "-" if x is None else fmt.format(x)
 
-    rows = [
-        (
-            "draft head",
-            "drafts",
-            "draft tokens",
-            "accepted",
-            "acceptance rate",
-            "mean acceptance length",
-            "accepted per position",
-            "generate s",
-        )
-    ]
-    for name, run in (("BF16", bf16), ("FP8", fp8)):
-        m = run["spec_decode"]
-        rows.append(
-            (
-                f"{name} ({run['served']['head_weight']['dtype'].removeprefix('torch.')}, "
-                f"{run['served']['head_method']})",
-                str(m.get("num_drafts")),
-                str(m.get("num_draft_tokens")),
-                str(m.get("num_accepted_tokens")),
-                f(m["acceptance_rate"]),
-                f(m["mean_acceptance_length"], "{:.3f}"),
-                "/".join(f"{p:.3f}" for p in (m["acceptance_per_position"] or [])),
-                f(run["seconds"]["generate"], "{:.1f}"),
-            )
-        )
-    for name in ("bf16", "fp8"):
-        m = offline[name]
-        rows.append(
-            (
-                f"offline torch estimate, {name.upper()} head (paired)",
-                str(m["num_drafts"]),
-                str(m["num_draft_tokens"]),
-                str(m["num_accepted_tokens"]),
-                f(m["acceptance_rate"]),
-                f(m["mean_acceptance_length"], "{:.3f}"),
-                "/".join(f"{p:.3f}" for p in m["accepted_per_position"]),
-                "-",
-            )
-        )
+    rows = [("draft head", "drafts", "draft tokens", "accepted", "acceptance rate",
+             "/ BF16", "mean acceptance length", "draft tokens = BF16's", "counters = BF16's",
+             "offline / BF16")]  # fmt: skip
+    for name, run in runs.items():
+        m, sm = run["spec_decode"], summary[name]
+        rows.append((
+            f"{name} ({sm['head']})", str(m.get("num_drafts")), str(m.get("num_draft_tokens")),
+            str(m.get("num_accepted_tokens")), f(m["acceptance_rate"]),
+            f(sm["acceptance_over_bf16"]), f(m["mean_acceptance_length"], "{:.3f}"),
+            f(sm["draft_tokens_identical"], "{:.2%}"),
+            "yes" if sm["spec_decode_equals_bf16"] else "no", f(sm["offline_acceptance_over_bf16"]),
+        ))  # fmt: skip
     print(table(rows))
-    print(
-        f"offline paired FP8/BF16 acceptance: {f(summary['offline_paired_fp8_over_bf16_acceptance'])}"
-    )
-    print(
-        f"FP8/BF16 acceptance: {f(kept)} (goal >= 0.99: "
-        f"{'met' if summary['goal_fp8_keeps_99pct'] else 'NOT met'}); identical outputs: "
-        f"{sum(same)}/{len(same)}; total {record['seconds_total']} s; wrote {args.out}"
-    )
+    print(f"outputs identical to BF16: {[s['outputs_identical_to_bf16'] for s in summary.values()]}"
+          f" of {len(prompts)}; total {record['seconds_total']} s; wrote {args.out}")  # fmt: skip
     return 0
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
 
 
 def _ids_sha256(rows: list[list[int]]) -> str:

@@ -4,7 +4,7 @@ Each boot holds boot.json, one ~4 KiB receipt and 1 MiB of diagnostics, written 
 the archive does in production. Verify is timed over all boots with the page cache warm, and so is
 `sha256sum` over exactly the files the manifests list (same run, same files, best of --repeat).
 
-    .venv/bin/python bench/archive.py [--boots 1000] [--repeat 3] [--dir /tmp]
+    python -m bench.archive [--boots 1000] [--repeat 3] [--dir /tmp]
 
 Prints a table and writes bench/results/archive.json.
 """

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from bench import heads
 from draft_head_fp8.fp8 import quantize_per_tensor
+from draft_head_fp8.rescore import rescore_top_k
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,6 +110,46 @@ class Totals:
             "max_abs_logit_error": self.max_err,
             "mean_abs_logit_error": self.abs_err_sum / max(1, self.elements),
             "max_abs_logit": self.max_ref,
+        }
+
+
+KS = (1, 2, 4, 8)
+
+
+class Picks:
+    """Exact draft tokens: how often the BF16 head's token is among the FP8 top-k, and how often
+    the exact pick (those k rescored from the BF16 rows, ``rescore_top_k``) is the BF16 head's
+    token (exactly, and up to ties in BF16)."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.plain = 0
+        self.in_top = dict.fromkeys(KS, 0)
+        self.pick = dict.fromkeys(KS, 0)
+        self.pick_ties = dict.fromkeys(KS, 0)
+
+    def add(self, ref, fp8, x, w, keep=None) -> None:
+        if keep is not None:  # metrics over the bulk rows: the others are never a candidate
+            ref = ref.masked_fill(~keep, float("-inf"))
+            fp8 = fp8.masked_fill(~keep, float("-inf"))
+        r = ref.to(torch.float32)
+        best, best_value = r.argmax(-1), r.max(-1).values
+        self.plain += int((fp8.argmax(-1) == best).sum())
+        for k in KS:
+            self.in_top[k] += int((fp8.topk(k, -1).indices == best[:, None]).any(-1).sum())
+            got = rescore_top_k(fp8.clone(), x, w, k=k, valid_rows=w.shape[0]).argmax(-1)
+            self.pick[k] += int((got == best).sum())
+            self.pick_ties[k] += int((r.gather(1, got[:, None]).squeeze(1) == best_value).sum())
+        self.rows += int(ref.shape[0])
+
+    def result(self) -> dict:
+        n = max(1, self.rows)
+        return {
+            "rows": self.rows,
+            "plain_fp8_pick": self.plain / n,
+            "bf16_pick_in_fp8_top_k": {str(k): v / n for k, v in self.in_top.items()},
+            "exact_pick": {str(k): v / n for k, v in self.pick.items()},
+            "exact_pick_up_to_ties": {str(k): v / n for k, v in self.pick_ties.items()},
         }
 
 
@@ -203,12 +244,19 @@ def run_real(args) -> dict:
     for batch in args.real_batches:
         fp8_vs_bf16 = Totals()
         bf16_vs_fp32 = Totals()
+        picks = {"w8a8": Picks(), "w8a16": Picks()}
         for start in range(0, x.shape[0], batch):
             xb = x[start : start + batch]
             ref = heads.bf16(xb, w)
-            fp8_vs_bf16.add(ref, heads.fp8_emulated(xb, w_fp8, quant.scale))
+            w8a8 = heads.fp8_emulated(xb, w_fp8, quant.scale)
+            fp8_vs_bf16.add(ref, w8a8)
             bf16_vs_fp32.add(heads.fp32(xb, w), ref)
-        by_batch[str(batch)] = {"fp8_vs_bf16": fp8_vs_bf16.result()}
+            picks["w8a8"].add(ref, w8a8, xb, w)
+            picks["w8a16"].add(ref, heads.fp8_w8a16(xb, w_fp8, quant.scale), xb, w)
+        by_batch[str(batch)] = {
+            "fp8_vs_bf16": fp8_vs_bf16.result(),
+            "picks": {name: acc.result() for name, acc in picks.items()},
+        }
         info["bf16_vs_fp32_baseline"] = bf16_vs_fp32.result()
     # The emulation against the real torch._scaled_mm, on this head, at the largest batch.
     batch = max(args.real_batches)
@@ -308,15 +356,17 @@ def run_synthetic(args) -> dict:
             **{f"bulk_{k}": v for k, v in fp8_exponent_stats(quant.weight, keep).items()},
         }
         for kind, x in xs.items():
-            totals = Totals()
+            totals, picks = Totals(), {"w8a8": Picks(), "w8a16": Picks()}
             for start in range(0, x.shape[0], args.batch):
                 xb = x[start : start + args.batch]
-                totals.add(
-                    refs[kind][start : start + args.batch],
-                    heads.fp8_emulated(xb, quant.weight, quant.scale),
-                    keep,
-                )
+                ref = refs[kind][start : start + args.batch]
+                w8a8 = heads.fp8_emulated(xb, quant.weight, quant.scale)
+                totals.add(ref, w8a8, keep)
+                picks["w8a8"].add(ref, w8a8, xb, w, keep)
+                w8a16 = heads.fp8_w8a16(xb, quant.weight, quant.scale)
+                picks["w8a16"].add(ref, w8a16, xb, w, keep)
             point[kind] = totals.result()
+            point[f"{kind}_picks"] = {name: acc.result() for name, acc in picks.items()}
         point["seconds"] = round(time.perf_counter() - t0, 1)
         if scaled_mm_check is None:
             cols = args.scaled_mm_vocab
@@ -331,8 +381,10 @@ def run_synthetic(args) -> dict:
         sweep.append(point)
         g, pk = point["gaussian"], point["peaked"]
         print(
-            f"  r={r:>7g}: row amax ratio {point['row_amax_ratio']:9.1f}  top-1 gaussian {g['top1_agreement']:.4f} "
-            f"peaked {pk['top1_agreement']:.4f}  KL {g['kl_bf16_fp8_mean']:.2e}/{pk['kl_bf16_fp8_mean']:.2e}  "
+            f"  r={r:>7g}: row amax ratio {point['row_amax_ratio']:9.1f}  "
+            f"top-1 gaussian {g['top1_agreement']:.4f} "
+            f"peaked {pk['top1_agreement']:.4f}  "
+            f"KL {g['kl_bf16_fp8_mean']:.2e}/{pk['kl_bf16_fp8_mean']:.2e}  "
             f"max|err| {g['max_abs_logit_error']:.3f}  ({point['seconds']} s)",
             flush=True,
         )
@@ -347,8 +399,10 @@ def run_synthetic(args) -> dict:
         "peaked_logit_boost": boost,
         "activation_batch": args.batch,
         "hidden_state_kinds": {
-            "gaussian": "N(0, 1) per element: no preferred token, top-1 among ~vocab near-ties (hardest)",
-            "peaked": "N(0, 1) + a component along one random bulk row: its logit ~ expected bulk max + 2 std",
+            "gaussian": "N(0, 1) per element: no preferred token, "
+            "top-1 among ~vocab near-ties (hardest)",
+            "peaked": "N(0, 1) + a component along one random bulk row: "
+            "its logit ~ expected bulk max + 2 std",
         },
         "metrics_over": "bulk rows only (all but the outlier rows)",
         "bf16_vs_fp32_baseline": baseline,
@@ -461,18 +515,21 @@ def main(argv: list[str] | None = None) -> int:
     print("(a) trained tiny pair: draft hidden states from a real forward pass ...", flush=True)
     real = run_real(args)
     print(
-        f"(b) synthetic heavy-tailed heads {args.vocab} x {args.hidden}, sweep over outlier scale ...",
+        f"(b) synthetic heavy-tailed heads {args.vocab} x {args.hidden}, "
+        "sweep over outlier scale ...",
         flush=True,
     )
     synthetic = run_synthetic(args)
     result = {
-        "schema": "draft-head-fp8-bench-fidelity/v1",
+        "schema": "draft-head-fp8-bench-fidelity/v2",
         "method": {
-            "weight": "draft_head_fp8.fp8.quantize_per_tensor (scale = amax/448, e4m3fn, RNE, saturating)",
-            "activation": "vLLM QuantFP8 dynamic per-tensor: scale = max|x|/448 (>= 1/(448*512)) over the "
-            "rows of one head call",
-            "matmul": "torch._scaled_mm semantics emulated in float32 (x_fp8.float() @ w_fp8.float().t() * "
-            "scale_a*scale_b, bf16 out); checked against the real torch._scaled_mm on a slice",
+            "weight": "draft_head_fp8.fp8.quantize_per_tensor "
+            "(scale = amax/448, e4m3fn, RNE, saturating)",
+            "activation": "vLLM QuantFP8 dynamic per-tensor: "
+            "scale = max|x|/448 (>= 1/(448*512)) over the rows of one head call",
+            "matmul": "torch._scaled_mm semantics emulated in float32 "
+            "(x_fp8.float() @ w_fp8.float().t() * scale_a*scale_b, bf16 out); "
+            "checked against the real torch._scaled_mm on a slice",
             "reference": "F.linear(x_bf16, w_bf16), bf16 out (vLLM's unquantized head)",
         },
         "torch": torch.__version__,
@@ -485,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args.plot)
     print_tables(result)
+    print_pick_tables(result)
     print(f"total {result['seconds_total']} s; wrote {args.out} and {args.plot}")
     return 0
 
@@ -496,14 +554,17 @@ def print_tables(result: dict) -> None:
         f"{real['hidden_rows']} draft hidden states, row amax ratio {real['row_amax_ratio']:.2f}"
     )
     print(
-        "| FP8 vs BF16, activation batch | top-1 | top-1 up to ties | top-5 overlap | KL mean | KL max | max abs err | mean abs err |"
+        "| FP8 vs BF16, activation batch | top-1 | top-1 up to ties | top-5 overlap "
+        "| KL mean | KL max | max abs err | mean abs err |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
 
     def cells(m):
         return (
-            f"{m['top1_agreement']:.4f} | {m['top1_agreement_up_to_ties']:.4f} | {m['top5_overlap']:.4f} | "
-            f"{m['kl_bf16_fp8_mean']:.2e} | {m['kl_bf16_fp8_max']:.2e} | {m['max_abs_logit_error']:.4f} | "
+            f"{m['top1_agreement']:.4f} | {m['top1_agreement_up_to_ties']:.4f} | "
+            f"{m['top5_overlap']:.4f} | "
+            f"{m['kl_bf16_fp8_mean']:.2e} | {m['kl_bf16_fp8_max']:.2e} | "
+            f"{m['max_abs_logit_error']:.4f} | "
             f"{m['mean_abs_logit_error']:.4f} |"
         )
 
@@ -512,18 +573,22 @@ def print_tables(result: dict) -> None:
     print("| BF16 vs exact FP32 (reference) | " + cells(real["bf16_vs_fp32_baseline"]))
     chk = real["scaled_mm_check"]
     print(
-        f"max |logit| {real['bf16_vs_fp32_baseline']['max_abs_logit']:.2f}; emulation vs real torch._scaled_mm on "
+        f"max |logit| {real['bf16_vs_fp32_baseline']['max_abs_logit']:.2f}; "
+        "emulation vs real torch._scaled_mm on "
         f"{chk['rows']} rows: max diff {chk['max_abs_diff_emulated_vs_scaled_mm']:.4g}, "
         f"{chk['fraction_bitwise_equal']:.4%} bitwise equal"
     )
     syn = result["synthetic"]
     print(
         f"\n(b) synthetic {syn['vocab']} x {syn['hidden']}, {syn['outlier_rows']} outlier rows, "
-        f"{syn['hidden_rows_per_kind']} hidden rows per kind (activation batch {syn['activation_batch']}), "
+        f"{syn['hidden_rows_per_kind']} hidden rows per kind "
+        f"(activation batch {syn['activation_batch']}), "
         f"metrics over bulk rows; each cell gaussian / peaked hidden states"
     )
     print(
-        "| outlier scale | row amax ratio | bulk weights subnormal/zero | top-1 | top-1 up to ties | top-5 overlap | KL mean | max abs err | mean abs err |"
+        "| outlier scale | row amax ratio | bulk weights subnormal/zero "
+        "| top-1 | top-1 up to ties | top-5 overlap "
+        "| KL mean | max abs err | mean abs err |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
@@ -541,9 +606,37 @@ def print_tables(result: dict) -> None:
     print("| BF16 vs exact FP32 (reference) | - | - | " + cells(base["gaussian"], base["peaked"]))
     for p in syn["sweep"]:
         print(
-            f"| {p['outlier_scale']:g} | {p['row_amax_ratio']:.1f} | {p['bulk_fraction_subnormal_or_zero']:.2%} | "
-            + cells(p["gaussian"], p["peaked"])
+            f"| {p['outlier_scale']:g} | {p['row_amax_ratio']:.1f} | "
+            f"{p['bulk_fraction_subnormal_or_zero']:.2%} | " + cells(p["gaussian"], p["peaked"])
         )
+
+
+def _pick_cells(picks: dict) -> str:
+    exact = picks["exact_pick"]
+    covered = picks["bf16_pick_in_fp8_top_k"]
+    return (
+        f"{picks['plain_fp8_pick']:.4f} | "
+        + " | ".join(f"{covered[str(k)]:.4f} / {exact[str(k)]:.4f}" for k in KS)
+        + " |"
+    )
+
+
+def print_pick_tables(result: dict) -> None:
+    """BF16, FP8, and FP8 + the exact pick at k = 1, 2, 4, 8, side by side."""
+    head = " | ".join(f"k={k}: in top-k / exact pick" for k in KS)
+    print("\nExact draft tokens: the fraction of rows whose FP8 draft token is the BF16 head's")
+    print(f"| heads, hidden states | plain FP8 | {head} |")
+    print("|---|---:|" + "---:|" * len(KS))
+    real = result["real_pair"]
+    for batch, entry in real["by_activation_batch"].items():
+        for name, picks in entry["picks"].items():
+            label = f"trained pair ({picks['rows']} rows), FP8 {name}, batch {batch}"
+            print(f"| {label} | " + _pick_cells(picks))
+    for point in result["synthetic"]["sweep"]:
+        for kind in ("gaussian", "peaked"):
+            picks = point[f"{kind}_picks"]["w8a8"]
+            label = f"synthetic, row amax ratio {point['row_amax_ratio']:.0f}, {kind}"
+            print(f"| {label} | " + _pick_cells(picks))
 
 
 if __name__ == "__main__":

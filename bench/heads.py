@@ -53,6 +53,18 @@ def fp8_emulated(
     return out
 
 
+def fp8_w8a16(
+    x: torch.Tensor, w_fp8: torch.Tensor, w_scale: torch.Tensor, chunk: int = 32768
+) -> torch.Tensor:
+    """vLLM's CPU W8A16 op, in float32: BF16 activations against the dequantized FP8 weight."""
+    xf = x.to(torch.float32)
+    out = torch.empty(x.shape[0], w_fp8.shape[0], dtype=torch.bfloat16)
+    for start in range(0, w_fp8.shape[0], chunk):
+        w = w_fp8[start : start + chunk].to(torch.float32) * w_scale
+        out[:, start : start + chunk] = (xf @ w.t()).to(torch.bfloat16)
+    return out
+
+
 def bf16(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return F.linear(x.to(torch.bfloat16), w.to(torch.bfloat16))
 
