@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 from draft_head_fp8 import harness
+from draft_head_fp8.cli.compare import DEFAULT_PROMPTS
 
 STOCK_MTP = "vllm.model_executor.models.gemma4_mtp:Gemma4MTP"
 
@@ -42,17 +43,10 @@ def tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
 
 
-# The demo's prompts, long enough answers for a few dozen drafts: what the engine tests serve on
-# the shipped trained pair, whose drafts are accepted (random weights accept nothing, which
+# The demo's prompts with long enough answers for a hundred drafts: what the engine tests serve
+# on the shipped trained pair, whose drafts are accepted (random weights accept nothing, which
 # would make equal spec-decode counters meaningless).
-PROMPTS = [
-    "Return a new list containing",
-    "This module provides",
-    "Create a new dictionary with",
-    "The default value is",
-    "Raise ValueError if",
-    "Return True if the",
-]
+PROMPTS = DEFAULT_PROMPTS
 SERVE_ARGS = (
     "--max-tokens",
     "48",

@@ -139,3 +139,10 @@ def test_it_traces_whole_without_a_host_sync():
 
     compiled = torch.compile(pick, fullgraph=True, dynamic=False, backend="aot_eager")
     assert torch.equal(compiled(scanned.clone(), x), pick(scanned.clone(), x))
+
+
+def test_an_empty_batch_is_served():
+    w, q = head(seed=23)
+    x = torch.empty(0, HIDDEN, dtype=torch.bfloat16)
+    out = rescore_top_k(fp8_logits(x, q), x, w, k=8, valid_rows=VOCAB)
+    assert out.shape == (0, VOCAB)

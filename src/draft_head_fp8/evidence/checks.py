@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from draft_head_fp8.evidence import RECEIPT_V3
+from draft_head_fp8.evidence.receipt_v3 import LAYOUT_PLAIN, LAYOUTS, V3_KEYS
 from draft_head_fp8.policy import EXPECTED_METHOD, HeadFp8EligibilityError
 
 # This package's own vLLM head method; a string, so that validation needs no vLLM import.
@@ -177,19 +178,7 @@ V2_CHECKS: tuple[Check, ...] = (
 
 # ---------------------------------------------------------------- v3: read through layout and TP
 
-V3_REQUIRED_KEYS = REQUIRED_KEYS + (
-    "head_weight_layout",
-    "head_weight_logical_shape",
-    "head_weight_scale_stored",
-    "head_kernel_scale_equals_stored",
-    "tp_rank",
-    "tp_size",
-    "head_vocab_padded_size",
-    "head_vocab_range",
-    "head_real_vocab_range",
-)
-_PACKED = "convert_weight_packed"
-_LAYOUTS = ("plain", _PACKED)
+V3_REQUIRED_KEYS = REQUIRED_KEYS + V3_KEYS
 _K_BLOCK = 128  # the CPU kernel's K block: its block scale has ceil(hidden / 128) entries
 
 
@@ -247,17 +236,17 @@ def _v3_shape(r: Mapping, a: tuple[str, ...]) -> bool:
     layout, logical = r["head_weight_layout"], r["head_weight_logical_shape"]
     if not _pair(logical) or logical != r["head_expected_weight_shape"]:
         return True
-    if layout not in _LAYOUTS:
+    if layout not in LAYOUTS:
         return False  # the stored shape is unreadable; refused by name in "weight layout known"
     physical = get(r["head_weight"], "shape")
-    return physical != (logical if layout == "plain" else [logical[1], logical[0]])
+    return physical != (logical if layout == LAYOUT_PLAIN else [logical[1], logical[0]])
 
 
 def _kernel_scale_not_stored(r: Mapping, a: tuple[str, ...]) -> bool:
     if r["head_kernel_scale_equals_stored"] is not True:
         return True
     shape, hidden = get(r["head_weight_scale"], "shape"), r.get("head_partition_hidden_size")
-    if r["head_weight_layout"] == "plain":
+    if r["head_weight_layout"] == LAYOUT_PLAIN:
         return shape != [1]
     return not _is_int(hidden) or shape != [1, -(-hidden // _K_BLOCK)]
 
@@ -293,7 +282,7 @@ V3_CHECKS: tuple[Check, ...] = tuple(_V3_READINGS.get(c.label, c) for c in V2_CH
     Check(
         "weight layout known",
         "head weight layout is neither plain nor convert_weight_packed",
-        lambda r, a: r["head_weight_layout"] not in _LAYOUTS,
+        lambda r, a: r["head_weight_layout"] not in LAYOUTS,
     ),
     Check(
         "kernel reads the stored scale",
