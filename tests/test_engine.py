@@ -249,3 +249,16 @@ def test_multiprocess_engine_captures_the_receipt_in_the_worker(shipped, tp1_off
     validate_post_share_receipt(json.loads(boot.read_bytes(receipt_path(0))))
     assert run.facts["token_ids"] == tp1_off.facts["token_ids"]
     assert run.facts["spec_decode"] == tp1_off.facts["spec_decode"]
+
+
+def test_a_boot_that_cannot_keep_its_proof_does_not_start(shipped, tmp_path):
+    not_a_folder = tmp_path / "archive-file"
+    not_a_folder.write_text("a file where the archive should be\n")
+    run = serve(
+        tmp_path, shipped, flag=True, env={"DRAFT_HEAD_FP8_ARCHIVE": str(not_a_folder)}
+    ).launch
+    assert run.returncode != 0 and run.facts is None
+    refusals = [line for line in run.stderr.splitlines() if "refusing to start" in line]
+    assert len(refusals) == 1 and "cannot archive the post-share receipt" in refusals[0]
+    assert "set DRAFT_HEAD_FP8_ARCHIVE to a writable folder" in refusals[0]
+    assert not_a_folder.read_text() == "a file where the archive should be\n"  # untouched

@@ -90,6 +90,9 @@ class DraftHeadFp8Gemma4MTP(Gemma4MTP):
         )
         if method.kernel is not None and method.kernel.warning:
             announce_warning(method.kernel.warning)
+        if str(sample_method) != "greedy":
+            # Exact picks are exact draft tokens only when the draft token is an argmax.
+            announce_warning(guarantee(method.rescore_k, sample_method))
 
     def _check_seam(self, vllm_config: VllmConfig) -> None:
         """The facts the FP8 head relies on, checked before anything is quantized."""

@@ -164,12 +164,17 @@ def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, armed: _Ar
     )
     # One boot per engine start, whatever the number of ranks: rank 0 names it.
     launch_id = armed.launch_id if tp_size == 1 else _exchange(armed.launch_id, tp_size)[0]
-    boot = _join_boot(launch_id, tp_size)
-    _keep(boot, receipt_path(rank), receipt)
-    _keep(boot, diagnostics_path(rank), record)
+    boot, not_archived = None, None
+    try:
+        boot = _join_boot(launch_id, tp_size)
+        _keep(boot, receipt_path(rank), receipt)
+        _keep(boot, diagnostics_path(rank), record)
+    except HeadFp8EligibilityError as exc:
+        not_archived = exc  # raised below, once the other ranks have heard of it
+        failure = failure or str(exc)
     if tp_size > 1:
         # Each rank proved its own shard; together they must be one head. Every rank reaches
-        # this point (a rank that failed above still reports), so no rank waits forever.
+        # this point, a failed one too, so no rank waits for another that already gave up.
         mine = rank_summary(
             rank=rank,
             tp_size=tp_size,
@@ -180,12 +185,14 @@ def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, armed: _Ar
         )
         summaries = _exchange(mine, tp_size)
         problems = cross_rank_problems(summaries, tp_size)
-        if rank == 0:
+        if rank == 0 and boot is not None:
             _keep(boot, RANKS_PATH, diagnostics.ranks_record(
                 tp_size=tp_size, summaries=summaries, problems=problems
             ))  # fmt: skip
         if problems and failure is None:
             failure = "across ranks: " + "; ".join(problems)
+    if not_archived is not None:
+        raise not_archived
     _seal(boot)
     if failure is not None:
         raise HeadFp8EligibilityError(
