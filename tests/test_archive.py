@@ -43,17 +43,7 @@ RECEIPT = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _quiet_env(monkeypatch):
-    # boot.json records VLLM_* / DRAFT_HEAD_FP8_* variables; keep the test boots small and stable.
-    for name in list(os.environ):
-        if name.startswith(("VLLM_", "DRAFT_HEAD_FP8_")) or name == "CUDA_VISIBLE_DEVICES":
-            monkeypatch.delenv(name)
-
-
-@pytest.fixture
-def arc(tmp_path):
-    return Archive(tmp_path / "archive")
+pytestmark = pytest.mark.usefixtures("quiet_env")
 
 
 def sealed_boot(arc, receipt=RECEIPT, log=b"engine started\n", **kw):

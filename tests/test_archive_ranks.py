@@ -45,16 +45,7 @@ def add_rank(boot, rank: int, head_method: str = "Fp8PerTensorOnlineLinearMethod
     boot.add_bytes(diagnostics, json.dumps({"rank": rank, "pid": os.getpid()}).encode())
 
 
-@pytest.fixture(autouse=True)
-def _quiet_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("VLLM_", "DRAFT_HEAD_FP8_")) or name == "CUDA_VISIBLE_DEVICES":
-            monkeypatch.delenv(name)
-
-
-@pytest.fixture
-def arc(tmp_path):
-    return Archive(tmp_path / "archive")
+pytestmark = pytest.mark.usefixtures("quiet_env")
 
 
 def tree(path):
