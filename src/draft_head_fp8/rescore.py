@@ -50,9 +50,10 @@ def rescore_top_k(
     candidates = flat.topk(min(k, flat.shape[-1]), dim=-1).indices  # [tokens, k]
     picked = rows[candidates]  # [tokens, k, hidden], BF16: the only bytes read twice
     exact = torch.bmm(picked.float(), x.float().unsqueeze(-1)).squeeze(-1).to(flat.dtype)
-    exact = exact.masked_fill(candidates >= valid_rows, float("-inf"))
+    padding = candidates >= valid_rows  # only when a shard has fewer real rows than k
+    exact = exact.masked_fill(padding, float("-inf"))
     # Strictly below every real candidate, so a clamped FP8 logit can neither beat nor tie one.
-    floor = exact.masked_fill(candidates >= valid_rows, float("inf")).amin(-1, keepdim=True)
+    floor = exact.masked_fill(padding, float("inf")).amin(-1, keepdim=True)
     ceiling = torch.nextafter(floor, torch.full_like(floor, float("-inf")))
     torch.minimum(flat, ceiling, out=flat)
     flat.scatter_(-1, candidates, exact)
