@@ -21,8 +21,10 @@ import time
 from pathlib import Path
 
 from bench.measure import write_json
-from draft_head_fp8.comparison import EngineOptions, compare, head_bytes
-from draft_head_fp8.tiny import TinyPair, save_model, text_config_kwargs, train_tokenizer
+from draft_head_fp8.comparison import EngineOptions, compare, served_head_bytes
+from draft_head_fp8.tiny import TinyPair, save_model, train_tokenizer
+from draft_head_fp8.tiny.gemma4 import VOCAB as TOKENIZER_VOCAB
+from draft_head_fp8.tiny.gemma4 import text_config_kwargs
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB, DRAFT_HIDDEN, TARGET_HIDDEN = 262144, 1024, 5376
@@ -56,7 +58,9 @@ def build_pair(out: Path) -> TinyPair:
     assistant_config.architectures = ["Gemma4AssistantForCausalLM"]
     with tempfile.TemporaryDirectory(dir=out) as scratch:
         tokenizer = Path(scratch) / "tokenizer"
-        train_tokenizer(tokenizer)  # 2048 tokens: ids stay far inside the 262144-row vocabulary
+        train_tokenizer(
+            tokenizer, TOKENIZER_VOCAB
+        )  # 2048 tokens: ids stay far inside the 262144-row vocabulary
         for config, cls, folder in (
             (target_config, Gemma4ForCausalLM, pair.target),
             (assistant_config, Gemma4AssistantForCausalLM, pair.assistant),
@@ -113,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         "receipt_schema": receipt["schema"],
         "head_kernel": receipt["head_kernel"],
         "head_bytes": {
-            "bf16": head_bytes(facts["flag_off"]["after_start"]["receipt"]),
-            "fp8": head_bytes(receipt),
+            "bf16": served_head_bytes(facts["flag_off"]["after_start"]["receipt"]),
+            "fp8": served_head_bytes(receipt),
         },  # fmt: skip
         "exact_pick": facts["diagnostics"]["exact_pick"]["guarantee"],
         "seconds_total": round(time.perf_counter() - started, 1),

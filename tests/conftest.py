@@ -1,16 +1,24 @@
 """Fixtures shared between test modules. Engine runs above all: each real engine start costs
-10-60 s on 2 cores, so the flag-off and flag-on runs of the shipped pair are made once per session
-and read by every test that compares against them."""
+10-30 s on 2 cores, so the shipped pair's flag-off and flag-on runs are made once per session,
+by the README's own demo command, and read by every test that compares against them."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
-from engine_support import serve
+from engine_support import FP8_EVERYWHERE, cpu_kind_line, shell
 
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.tiny import shipped_pair
+
+
+def pytest_report_header(config):
+    return cpu_kind_line()
 
 
 @pytest.fixture(scope="session")
@@ -18,14 +26,59 @@ def shipped():
     return shipped_pair()
 
 
-@pytest.fixture(scope="session")
-def tp1_off(shipped, tmp_path_factory):
-    return serve(tmp_path_factory.mktemp("tp1-off"), shipped, flag=False)
+def isolated_env(tmp: Path, **extra: str) -> dict:
+    """A user's shell with nothing of ours set, HOME and the XDG folders inside ``tmp``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "DRAFT_HEAD_FP8_"))}
+    env.update(
+        XDG_STATE_HOME=str(tmp / "state"),
+        XDG_CACHE_HOME=str(tmp / "xdg-cache"),
+        HOME=str(tmp / "home"),
+        TMPDIR=str(tmp),
+        **extra,
+    )
+    return env
+
+
+@dataclass
+class Demo:
+    """`draft-head-fp8 demo --json` run once, as a user would: its output and its facts."""
+
+    tmp: Path
+    proc: subprocess.CompletedProcess
+    env: dict
+
+    @property
+    def facts(self) -> dict:
+        assert self.proc.returncode == 0, self.proc.stdout[-3000:] + self.proc.stderr[-3000:]
+        return json.loads((self.tmp / "demo.json").read_text())
 
 
 @pytest.fixture(scope="session")
-def tp1_on(shipped, tmp_path_factory):
-    return serve(tmp_path_factory.mktemp("tp1-on"), shipped, flag=True)
+def demo(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("demo")
+    env = isolated_env(tmp)
+    command = f"draft-head-fp8 demo --cache {tmp / 'cache'} --json {tmp / 'demo.json'}"
+    return Demo(tmp, shell(command, cwd=tmp, env=env), env)
+
+
+@dataclass
+class DemoRun:
+    """One of the demo's two engine runs, read the way the engine tests read their own."""
+
+    facts: dict
+    archive: Path | None
+
+
+@pytest.fixture(scope="session")
+def tp1_off(demo):
+    return DemoRun(demo.facts["flag_off"], None)
+
+
+@pytest.fixture(scope="session")
+def tp1_on(demo):
+    # The demo's flag-on run serves the FP8 head at every batch (what the tests prove).
+    assert [list(i) for i in FP8_EVERYWHERE.items()][0] in demo.facts["options"]["flag_on_env"]
+    return DemoRun(demo.facts["flag_on"], Path(demo.facts["archive"]["root"]))
 
 
 @pytest.fixture

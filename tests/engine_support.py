@@ -1,15 +1,93 @@
 """What the engine tests share on top of ``draft_head_fp8.harness``: the test's own isolation
-(caches, temp files, HOME and state folders inside the test's tmp folder) and small helpers."""
+(temp files, HOME and state folders inside the test's tmp folder), the machine kind the suite
+runs on, and small helpers.
+
+Machine kinds (docs/benchmarks.md, "Two kinds of CPU"): where vLLM ships its W8A16 op
+(AVX512 with AVX512-BF16) the flag serves the packed FP8 head, receipt v3; elsewhere (AVX2, or
+AVX512 without BF16) it refuses by default and serves the plain ``torch._scaled_mm`` head,
+receipt v2, only when asked (``DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm``). Tests assert what this
+machine can do, and on a machine with the op they also run the AVX2 kind, emulated
+(``tools/cpu_kinds/avx2``: vLLM's real AVX2 library), so both paths are proven on either kind.
+"""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from draft_head_fp8 import harness
 from draft_head_fp8.cli.compare import DEFAULT_PROMPTS
+from draft_head_fp8.machine import this_machine
 
+ROOT = Path(__file__).resolve().parent.parent
 STOCK_MTP = "vllm.model_executor.models.gemma4_mtp:Gemma4MTP"
+MACHINE = this_machine()
+W8A16 = bool(MACHINE.has_w8a16_op)
+WHY_NO_W8A16 = (
+    f"this {MACHINE.isa} CPU loads vLLM's {MACHINE.cpu_library} kernels, which have no "
+    "fp8_scaled_mm_cpu: the packed W8A16 head cannot run here (its AVX2-kind twin runs instead)"
+)
+needs_w8a16 = pytest.mark.skipif(not W8A16, reason=WHY_NO_W8A16)
+# The AVX2 kind: native where this machine is one, else vLLM's AVX2 library loaded on this CPU.
+AVX2_KIND = (
+    {
+        "PYTHONPATH": str(ROOT / "tools" / "cpu_kinds" / "avx2"),
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    }
+    if W8A16
+    else {}
+)
+# What serves an FP8 head on this machine at all: by default where the op exists, else only the
+# slow path asked for by name.
+FLAG_ON = {} if W8A16 else {"DRAFT_HEAD_FP8_CPU_KERNEL": "scaled_mm"}
+# The FP8 head at every batch: the tiny heads here are below the size where it pays, so by
+# default the BF16 rows would serve every call and the FP8 path would go untested.
+FP8_EVERYWHERE = {"DRAFT_HEAD_FP8_BF16_FROM": "never"}
+KERNEL = (
+    "CPUFp8PerTensorScaledMMLinearKernel"
+    if MACHINE.flags >= {"amx_tile"}
+    else "CPUFp8W8A16HeadKernel"
+) if W8A16 else "PerTensorTorchFP8ScaledMMLinearKernel"  # fmt: skip
+LAYOUT = "convert_weight_packed" if W8A16 else "plain"
+# One vLLM cache for the session: vLLM inspects each model class once (~20 s in a subprocess)
+# and keeps the answer there.
+VLLM_CACHE = Path(tempfile.mkdtemp(prefix="dhfp8-test-vllm-cache-"))
+
+
+BIN = Path(sys.executable).parent
+
+
+def shell(
+    command: str, *, cwd: Path, env: dict | None = None, timeout: int = 900
+) -> subprocess.CompletedProcess:
+    """A command line as a user types it, with this venv's commands first on PATH."""
+    full_env = dict(env or os.environ)
+    full_env["PATH"] = f"{BIN}{os.pathsep}{full_env.get('PATH', '')}"
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=full_env, capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def stored_shape(hidden: int, rows: int) -> list[int]:
+    """The FP8 head weight's stored shape on this machine: packed [rows, hidden], or plain."""
+    return [rows, hidden] if W8A16 else [hidden, rows]
+
+
+def cpu_kind_line() -> str:
+    if W8A16:
+        return (
+            f"CPU kind: {MACHINE.isa}, vLLM {MACHINE.cpu_library} with fp8_scaled_mm_cpu: the "
+            "packed W8A16 head is tested natively; the AVX2 kind emulated (tools/cpu_kinds/avx2)"
+        )
+    return f"CPU kind: {MACHINE.isa}, no fp8_scaled_mm_cpu: {WHY_NO_W8A16}"
 
 
 def engine_env(
@@ -22,7 +100,7 @@ def engine_env(
 ) -> dict:
     return harness.engine_env(
         tmp, flag=flag, archive=archive, plugins=plugins, multiprocess=multiprocess,
-        isolate_home=True,
+        isolate_home=True, vllm_cache=VLLM_CACHE,
     )  # fmt: skip
 
 
@@ -43,13 +121,14 @@ def tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
 
 
-# The demo's prompts with long enough answers for a hundred drafts: what the engine tests serve
-# on the shipped trained pair, whose drafts are accepted (random weights accept nothing, which
-# would make equal spec-decode counters meaningless).
+# What the demo serves (its prompts, 32 tokens each: more than a hundred drafts): what the
+# engine tests serve on the shipped trained pair, whose drafts are accepted (random weights
+# accept nothing, which would make equal spec-decode counters meaningless), so that every run
+# compares with the demo's two.
 PROMPTS = DEFAULT_PROMPTS
 SERVE_ARGS = (
     "--max-tokens",
-    "48",
+    "32",
     "--draft-agreement",
     *[a for p in PROMPTS for a in ("--prompt", p)],
 )
@@ -67,9 +146,20 @@ class EngineRun:
         return self.launch.facts
 
 
+def with_path(env: dict, *folders: str) -> dict:
+    """``env`` with ``folders`` first on PYTHONPATH (what was there stays after them)."""
+    paths = [*folders, *filter(None, [env.get("PYTHONPATH")])]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def serve(tmp: Path, pair, *, flag: bool, env: dict | None = None, args: tuple = ()) -> EngineRun:
+    """One engine run of the standard prompts; with the flag, on what serves FP8 here."""
     archive = tmp / "archive"
-    environment = {**engine_env(tmp, flag=flag, archive=archive), **(env or {})}
+    extra = {**(FLAG_ON if flag else {}), **(env or {})}
+    base = engine_env(tmp, flag=flag, archive=archive)
+    if "PYTHONPATH" in extra:  # test code planted first, the suite's own path kept after it
+        base = with_path(base, extra.pop("PYTHONPATH"))
+    environment = {**base, **extra}
     return EngineRun(tmp, archive, run_engine(tmp, pair, environment, *SERVE_ARGS, *args))
 
 

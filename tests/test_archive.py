@@ -20,14 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draft_head_fp8 import archive, schemas
+from draft_head_fp8 import archive, durable, schemas
 from draft_head_fp8.archive import (
     Archive,
     ArchiveError,
     BootSealedError,
     UnknownBootError,
     UnsafePathError,
-    durable,
 )
 from draft_head_fp8.archive.diff import diff_boots
 from draft_head_fp8.archive.documents import self_digest as _self_digest

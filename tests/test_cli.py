@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from engine_support import MACHINE, W8A16
 
 from draft_head_fp8.tiny import build_tiny_pair
 
@@ -47,11 +48,17 @@ def pairs(tmp_path_factory):
 # ------------------------------------------------------------------ check
 
 
-def test_check_eligible_exits_0(pairs):
+def test_check_eligible_exits_0_where_this_cpu_serves_it(pairs):
     proc = cli("check", str(pairs["dense"].assistant), "--target", str(pairs["dense"].target))
-    assert proc.returncode == 0, proc.stderr
-    assert "verdict    eligible" in proc.stdout
-    assert "0.25 MiB -> 0.13 MiB" in proc.stdout  # 64 x 2048 BF16 vs FP8 + scale
+    if W8A16:
+        assert proc.returncode == 0, proc.stderr
+        assert "verdict    eligible" in proc.stdout
+        assert "0.25 MiB -> 0.13 MiB" in proc.stdout  # 64 x 2048 BF16 vs FP8 + scale
+        assert "the W8A16 op: the packed FP8 head serves" in proc.stdout
+    else:  # said before any engine starts: the start-up would refuse on this CPU
+        assert proc.returncode == 3, proc.stderr
+        assert "no FP8 draft head faster than the BF16 head on this CPU" in proc.stdout
+    assert f"machine    {MACHINE.isa}" in proc.stdout
 
 
 @pytest.mark.parametrize(
@@ -98,14 +105,14 @@ def test_check_missing_folder_exits_2(tmp_path):
     assert "no such folder" in one_line_error(proc)
 
 
-def test_check_not_gemma4_exits_2(pairs, tmp_path):
+def test_check_of_no_drafter_exits_2(pairs, tmp_path):
     llama = tmp_path / "llama"
-    llama.mkdir()
+    llama.mkdir()  # a Llama config with no EAGLE weights beside it: no drafter
     (llama / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
     proc = cli("check", str(llama))
     assert proc.returncode == 2
-    assert "'llama' is not a Gemma 4 MTP assistant" in one_line_error(proc)
-    proc = cli("check", str(pairs["dense"].target))  # a target is not an assistant
+    assert "model_type 'llama' is no drafter draft-head-fp8 serves" in one_line_error(proc)
+    proc = cli("check", str(pairs["dense"].target))  # a Gemma 4 target is not a drafter
     assert proc.returncode == 2
 
 

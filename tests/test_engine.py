@@ -1,8 +1,9 @@
-"""The real vLLM engine (CPU build) on tiny real Gemma 4 checkpoints, flag off and on.
+"""The real vLLM engine (CPU build) on the tiny real checkpoints of the demo's family (a drafter
+with its own tied head), flag off and on, on whichever kind of CPU this is, and on the AVX2 kind.
 
 Each engine runs in its own subprocess: vLLM loads plugins once per process and the plugin reads
 the flag then. Engine starts are the cost of this suite, so the flag-off and flag-on runs of the
-shipped trained pair are shared (conftest.py) and several assertions read each run.
+shipped trained pair are the demo's (conftest.py) and several assertions read each run.
 """
 
 from __future__ import annotations
@@ -13,11 +14,18 @@ import struct
 import pytest
 import torch
 from engine_support import (
+    AVX2_KIND,
+    FLAG_ON,
+    FP8_EVERYWHERE,
+    KERNEL,
+    LAYOUT,
     SERVE_ARGS,
     STOCK_MTP,
+    W8A16,
     engine_env,
     run_engine,
     serve,
+    stored_shape,
     tree,
     without_pointers,
 )
@@ -31,11 +39,7 @@ from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.tiny import build_tiny_pair
 
 pytestmark = pytest.mark.engine
-W8A16 = (
-    "CPUFp8PerTensorScaledMMLinearKernel"
-    if torch.cpu._is_amx_tile_supported()
-    else ("CPUFp8W8A16HeadKernel")
-)
+EMBED = "model.embed_tokens.weight"
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +66,7 @@ def _archived(archive):
     )
 
 
-def test_flag_off_is_stock_vllm(shipped, tp1_off, tmp_path):
+def test_flag_off_is_stock_vllm(shipped, demo, tp1_off, tmp_path):
     off = tp1_off.facts
     run = run_engine(
         tmp_path, shipped, engine_env(tmp_path, flag=False, plugins=False), *SERVE_ARGS
@@ -84,33 +88,39 @@ def test_flag_off_is_stock_vllm(shipped, tp1_off, tmp_path):
     assert off["after_start"]["plugin_modules"] == []
     hooks = off["after_start"]["module_registration_hooks"]
     assert hooks == stock["after_start"]["module_registration_hooks"]
-    assert not tp1_off.archive.exists()
-    assert tree(tp1_off.tmp / "state") == []
-    assert tree(tp1_off.tmp / "home") == []
+    assert demo.facts["flag_off_wrote_nothing"] is True
+    assert tree(demo.tmp / "state") == []
+    assert tree(demo.tmp / "home") == []
 
 
-def test_flag_on_serves_the_packed_fp8_head_and_proves_it(shipped, tp1_off, tp1_on):
+def test_flag_on_serves_the_fp8_head_this_cpu_has_and_proves_it(shipped, tp1_off, tp1_on):
+    """Where vLLM ships its W8A16 op: the packed head, receipt v3. Elsewhere the flag refuses
+    by default (tested below on the AVX2 kind), so the demo's flag-on run is the slow path it
+    names, asked for: the plain head, receipt v2."""
     on = tp1_on.facts
     observed = on["after_start"]["receipt"]
     hidden, vocab = 64, 2048
     assert on["after_start"]["registry_entry"] == (
         "draft_head_fp8.vllm_plugin.drafter:DraftHeadFp8Gemma4MTP"
     )
-    # vLLM's W8A16 CPU kernel serves, its weight repacked into VNNI tiles: receipt v3.
-    assert observed["schema"] == "draft-head-fp8-runtime-receipt/v3"
     assert observed["head_method"] == "DraftHeadFp8LinearMethod"
-    assert observed["head_kernel"] == W8A16
-    assert observed["head_weight_layout"] == "convert_weight_packed"
+    assert observed["head_kernel"] == KERNEL
     assert observed["head_weight"]["dtype"] == "torch.float8_e4m3fn"
-    assert observed["head_weight"]["shape"] == [vocab, hidden]  # stored as the packer lays it
-    assert observed["head_weight_logical_shape"] == [hidden, vocab]
-    assert observed["head_weight_scale_stored"]["shape"] == [1]
-    assert observed["head_weight_scale"]["shape"] == [1, 1]  # ceil(64 / 128) K blocks
-    assert observed["head_kernel_scale_equals_stored"] is True
+    assert observed["head_weight"]["shape"] == stored_shape(hidden, vocab)
     assert observed["head_weight_is_draft_embed"] is False
+    if W8A16:  # vLLM's W8A16 CPU kernel, its weight repacked into VNNI tiles: receipt v3.
+        assert observed["schema"] == "draft-head-fp8-runtime-receipt/v3"
+        assert observed["head_weight_layout"] == LAYOUT
+        assert observed["head_weight_logical_shape"] == [hidden, vocab]
+        assert observed["head_weight_scale_stored"]["shape"] == [1]
+        assert observed["head_weight_scale"]["shape"] == [1, 1]  # ceil(64 / 128) K blocks
+        assert observed["head_kernel_scale_equals_stored"] is True
+    else:  # the plain [hidden, vocab] weight with one [1] scale: receipt v2
+        assert observed["schema"] == "draft-head-fp8-runtime-receipt/v2"
+        assert observed["head_weight_scale"]["shape"] == [1]
 
     # Scale = amax(|W|)/448 of the BF16 head, i.e. of the checkpoint's draft embedding.
-    w = load_file(shipped.assistant / "model.safetensors")["model.embed_tokens.weight"]
+    w = load_file(shipped.assistant / "model.safetensors")[EMBED]
     assert w.dtype == torch.bfloat16
     expected = (w.float().abs().max() / torch.tensor(448.0)).item()
     boot, receipt, diagnostics = _archived(tp1_on.archive)
@@ -118,7 +128,7 @@ def test_flag_on_serves_the_packed_fp8_head_and_proves_it(shipped, tp1_off, tp1_
 
     # The target is untouched: its embedding bytes equal the checkpoint's, after start and after
     # generation; its head is BF16 on the unquantized method; the draft uses its embedding.
-    target_sha = tensor_bytes_sha256(shipped.target)["sha256"]
+    target_sha = tensor_bytes_sha256(shipped.target, EMBED)["sha256"]
     assert on["after_start"]["target_embed_sha256"] == target_sha
     assert on["after_generate"]["target_embed_sha256"] == target_sha
     assert on["after_generate"]["receipt"] == observed  # nothing changed while serving
@@ -133,16 +143,19 @@ def test_flag_on_serves_the_packed_fp8_head_and_proves_it(shipped, tp1_off, tp1_
     assert boot.status == "sealed"
     validate_post_share_receipt(receipt)
     assert receipt_verdict(receipt) is None
-    assert schemas.errors("runtime-receipt-v3", receipt) == []
-    assert len(receipt) == 39
+    version = receipt["schema"].rsplit("/", 1)[-1]
+    assert schemas.errors(f"runtime-receipt-{version}", receipt) == []
+    assert len(receipt) == (39 if W8A16 else 30)
     # What the worker observed after start is what the plugin archived (but for the phase).
     assert {**observed, "phase": "post_share"} == receipt
-    assert schemas.errors("diagnostics-v2", diagnostics) == []
+    assert schemas.errors("diagnostics-v3", diagnostics) == []
+    assert diagnostics["family"] == "gemma4-mtp"
     head = diagnostics["head"]
     assert head["provenance_verified"] is True
     assert head["source_sha256"] == head["checkpoint"]["sha256"]
-    assert head["source_sha256"] == tensor_bytes_sha256(shipped.assistant)["sha256"]
-    assert head["weight_layout"] == "convert_weight_packed" and head["kernel_warning"] is None
+    assert head["source_sha256"] == tensor_bytes_sha256(shipped.assistant, EMBED)["sha256"]
+    assert head["weight_layout"] == LAYOUT
+    assert (head["kernel_warning"] is None) == W8A16
     assert diagnostics["validation"] == {"passed": True, "reason": None}
     assert Archive(tp1_on.archive).verify().ok
 
@@ -185,11 +198,48 @@ def test_plain_fp8_through_scaled_mm_is_the_first_versions_behaviour(shipped, tp
     assert facts["draft_agreement"]["agree"] < facts["draft_agreement"]["steps"]
 
 
+def test_the_avx2_kind_refuses_the_flag_by_default_in_one_line(shipped, tmp_path):
+    """The AVX2 kind (native here, or vLLM's AVX2 library on this CPU): no W8A16 op, so no FP8
+    head faster than BF16, so the flag refuses start-up and says what serves it anyway."""
+    run = serve(tmp_path, shipped, flag=True, env={**AVX2_KIND, "DRAFT_HEAD_FP8_CPU_KERNEL": ""})
+    assert run.launch.returncode != 0 and run.launch.facts is None
+    lines = [line for line in run.launch.stderr.splitlines() if "draft-head-fp8:" in line]
+    assert len(lines) == 1, run.launch.stderr[-3000:]
+    assert lines[0].startswith(
+        "draft-head-fp8: refusing to start: no FP8 draft head faster than the BF16 head on this "
+        "CPU: vLLM's W8A16 op fp8_scaled_mm_cpu is missing (this AVX2 CPU loads vLLM's _C_AVX2 "
+        "kernels"
+    )
+    assert "measured 79x slower than the BF16 head" in lines[0]
+    assert lines[0].endswith(
+        "set DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm to serve the slow FP8 head anyway"
+    )
+    assert not any("receipt" in p for p in tree(run.archive))
+
+
+def test_the_avx2_kind_serves_the_slow_path_when_asked_and_drafts_exactly(
+    shipped, tp1_off, tmp_path
+):
+    env = {**AVX2_KIND, "DRAFT_HEAD_FP8_CPU_KERNEL": "scaled_mm", **FP8_EVERYWHERE}
+    slow = serve(tmp_path, shipped, flag=True, env=env)
+    facts = slow.facts
+    boot, receipt, diagnostics = _archived(slow.archive)
+    assert receipt["schema"] == "draft-head-fp8-runtime-receipt/v2"
+    assert receipt["head_kernel"] == "PerTensorTorchFP8ScaledMMLinearKernel"
+    assert receipt_verdict(receipt) is None and boot.status == "sealed"
+    assert "draft-head-fp8: warning: DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm" in slow.launch.stderr
+    # The same draft tokens as the BF16 head's: the exact pick does not depend on the kernel.
+    assert facts["spec_decode"] == tp1_off.facts["spec_decode"]
+    assert facts["texts"] == tp1_off.facts["texts"]
+    assert facts["draft_agreement"]["agree"] == facts["draft_agreement"]["steps"] > 100
+
+
 @pytest.mark.parametrize(
     "name, value, reason",
     [
         ("DRAFT_HEAD_FP8_RESCORE_TOPK", "four", "is not a whole number from 0 to 64"),
         ("DRAFT_HEAD_FP8_CPU_KERNEL", "amx", "is not one of auto, scaled_mm"),
+        ("DRAFT_HEAD_FP8_BF16_FROM", "0", "is not auto, never or a whole number of rows"),
     ],
 )
 def test_a_bad_setting_refuses_start_up_in_one_line(shipped, tmp_path, name, value, reason):
@@ -234,7 +284,8 @@ def test_nan_in_the_head_is_refused_at_load(tmp_path):
     pair = build_tiny_pair(tmp_path / "pair", seed=4)
     _plant_nan_in_embedding(pair.assistant)
     archive = tmp_path / "archive"
-    run = run_engine(tmp_path, pair, engine_env(tmp_path, flag=True, archive=archive))
+    env = {**engine_env(tmp_path, flag=True, archive=archive), **FLAG_ON}
+    run = run_engine(tmp_path, pair, env)
     assert run.returncode != 0
     assert "head weight holds NaN or inf" in run.stderr
     assert not any("receipt" in p for p in tree(archive))
@@ -242,7 +293,7 @@ def test_nan_in_the_head_is_refused_at_load(tmp_path):
 
 def test_multiprocess_engine_captures_the_receipt_in_the_worker(shipped, tp1_off, tmp_path):
     archive = tmp_path / "archive"
-    env = engine_env(tmp_path, flag=True, archive=archive, multiprocess=True)
+    env = {**engine_env(tmp_path, flag=True, archive=archive, multiprocess=True), **FLAG_ON}
     run = run_engine(tmp_path, shipped, env, *SERVE_ARGS)
     assert run.ok, run.tail(40)
     boot = _only_boot(archive)

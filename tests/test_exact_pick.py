@@ -20,6 +20,7 @@ from draft_head_fp8.evidence.exact_pick import (  # noqa: E402
     validate_pick,
 )
 from draft_head_fp8.evidence.ranks import cross_rank_problems, rank_summary  # noqa: E402
+from draft_head_fp8.families.family import resolve  # noqa: E402
 from draft_head_fp8.fp8 import tensor_sha256  # noqa: E402
 from tools.standins import TargetLM  # noqa: E402
 
@@ -54,7 +55,7 @@ def world(*, k=4, rows_are="draft source"):
 def record(**kwargs):
     method, drafter, target = world(**kwargs)
     return pick_record(
-        method=method, draft_model=drafter, target_model=target, draft_sample_method="greedy"
+        method=method, modules=resolve(drafter, target), draft_sample_method="greedy"
     )
 
 
@@ -93,6 +94,9 @@ MUTATIONS = {
     "rows are none of the target's": lambda r: r.__setitem__(
         "rows_share_storage_with_target", True
     ),
+    "rows source known": lambda r: r.__setitem__("rows_source", "the draft's cache"),
+    # A drafter reading the target's head must rescore from that head's very weight.
+    "rows are the target head's weight": lambda r: r.__setitem__("rows_source", "target_lm_head"),
 }
 
 

@@ -165,17 +165,13 @@ def test_a_cpu_with_the_w8a16_op_gets_the_packed_kernel(vllm_config):
     assert choice.vllm_default  # what vLLM itself would pick is recorded, whatever it is
 
 
-@pytest.mark.parametrize(
-    "why", ["op missing", "op wrong", "asked for scaled_mm", "rows not a multiple of 32"]
-)
-def test_without_the_op_the_layout_keeping_kernel_serves_and_says_how_slow(
-    vllm_config, monkeypatch, why
-):
+@pytest.mark.parametrize("why", ["op missing", "op wrong", "rows not a multiple of 32"])
+def test_without_a_fast_fp8_path_the_cpu_head_is_refused_in_one_line(vllm_config, monkeypatch, why):
     from vllm import _custom_ops as ops
 
     from draft_head_fp8.vllm_plugin import kernels
 
-    rows, preference = VOCAB, "auto"
+    rows = VOCAB
     if why == "op missing":
         monkeypatch.setattr(ops, "_supports_cpu_fp8_w8a16", False)
     elif why == "op wrong":
@@ -185,13 +181,29 @@ def test_without_the_op_the_layout_keeping_kernel_serves_and_says_how_slow(
             "is_supported",
             classmethod(lambda cls, cc=None: (False, "requires AMX tile support")),
         )
-    elif why == "asked for scaled_mm":
-        preference = "scaled_mm"
     else:
         rows = VOCAB - 8
-    choice = kernels.choose_head_kernel(kernel_config(rows), cpu_kernel=preference)
+    with pytest.raises(HeadFp8EligibilityError) as refused:
+        kernels.choose_head_kernel(kernel_config(rows), cpu_kernel="auto")
+    reason = str(refused.value)
+    assert "\n" not in reason
+    assert reason.startswith("no FP8 draft head faster than the BF16 head on this CPU: ")
+    assert {"op missing": "fp8_scaled_mm_cpu is missing", "op wrong": "disagrees here",
+            "rows not a multiple of 32": "multiple of 32"}[why] in reason  # fmt: skip
+    assert "measured 79x slower than the BF16 head" in reason
+    assert "set DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm to serve the slow FP8 head anyway" in reason
+
+
+def test_the_slow_path_serves_only_when_asked_for_and_says_how_slow(vllm_config, monkeypatch):
+    from vllm import _custom_ops as ops
+
+    from draft_head_fp8.vllm_plugin import kernels
+
+    monkeypatch.setattr(ops, "_supports_cpu_fp8_w8a16", False)
+    choice = kernels.choose_head_kernel(kernel_config(VOCAB), cpu_kernel="scaled_mm")
     assert choice.kernel.__name__ == "PerTensorTorchFP8ScaledMMLinearKernel"
     assert choice.layout == "plain"
+    assert choice.warning.startswith("DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm: ")
     assert "87x slower than the BF16 head" in choice.warning
 
 

@@ -121,14 +121,24 @@ def test_signatures_follow_the_spec():
         "model_dtype",
         "parallel_lm_head_type",
         "parallel_lm_head_class",
+        # Added for the families whose head is the target's (docs/contract.md, "Policy"):
+        # optional, after the overlay's, so that every overlay call reads as before.
+        "shared_target_head",
+        "head_quant_method",
+        "draft_vocab_size",
+        "vocab_size",
     ]
     for optional in (
         "head_dtype",
         "model_dtype",
         "parallel_lm_head_type",
         "parallel_lm_head_class",
+        "head_quant_method",
+        "draft_vocab_size",
+        "vocab_size",
     ):
         assert sig.parameters[optional].default is None
+    assert sig.parameters["shared_target_head"].default is False
     select = inspect.signature(draft_head_fp8.select_draft_head_method)
     assert list(select.parameters) == list(sig.parameters) + ["method_factory"]
     assert select.parameters["method_factory"].default is None

@@ -7,13 +7,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from engine_support import shell
 
 from draft_head_fp8 import validate_post_share_receipt
-from draft_head_fp8.comparison import head_bytes
+from draft_head_fp8.comparison import served_head_bytes
 from draft_head_fp8.tiny import build_tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,22 +21,6 @@ README = (ROOT / "README.md").read_text()
 COMMANDS = re.findall(
     r"^\$ (.+)$", "\n".join(re.findall(r"```console\n(.*?)```", README, re.S)), re.M
 )
-BIN = Path(sys.executable).parent
-
-
-def shell(
-    command: str, *, cwd: Path, env: dict | None = None, timeout: int = 900
-) -> subprocess.CompletedProcess:
-    full_env = dict(env or os.environ)
-    full_env["PATH"] = f"{BIN}{os.pathsep}{full_env.get('PATH', '')}"
-    return subprocess.run(
-        ["bash", "-c", command],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def commands(prefix: str) -> list[str]:
@@ -148,24 +132,14 @@ def test_compare_with_placeholders_on_your_own_pair(tmp_path):
 
 
 @pytest.mark.engine
-def test_demo_and_the_archive_commands(tmp_path):
-    """`make demo` runs `draft-head-fp8 demo` (checked above); run that, with --json, as CI
-    would."""
-    cache, out = tmp_path / "cache", tmp_path / "demo.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "DRAFT_HEAD_FP8_"))}
-    env.update(
-        XDG_STATE_HOME=str(tmp_path / "state"),
-        XDG_CACHE_HOME=str(tmp_path / "xdg-cache"),
-        HOME=str(tmp_path / "home"),
-        TMPDIR=str(tmp_path),
-    )
-    proc = shell(f"draft-head-fp8 demo --cache {cache} --json {out}", cwd=tmp_path, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def test_demo_and_the_archive_commands(demo, tmp_path):
+    """`make demo` runs `draft-head-fp8 demo` (checked above); it ran once for the session
+    (conftest.py), with --json, as CI would."""
+    proc, facts, env = demo.proc, demo.facts, dict(demo.env)
     assert "[1/4]" in proc.stderr and "[4/4]" in proc.stderr  # progress while it works
-    facts = json.loads(out.read_text())
     assert facts["flag_off_wrote_nothing"] is True
     assert facts["texts_identical"] is True and facts["tokens_identical"] is True
-    assert facts["target_embed_unchanged"] is True
+    assert facts["target_embed_unchanged"] is True and facts["target_head_unchanged"] is True
     assert facts["receipt"]["valid"] is True
     assert all(check["passed"] for check in facts["receipt"]["checks"])
     validate_post_share_receipt(facts["receipt"]["document"])
@@ -174,15 +148,19 @@ def test_demo_and_the_archive_commands(tmp_path):
     assert on["head_method"] == "DraftHeadFp8LinearMethod"
     assert on["head_weight"]["dtype"] == "torch.float8_e4m3fn"
     # half the bytes, plus a 4-byte scale
-    assert head_bytes(on) * 2 - 8 == head_bytes(off) == 2 * off["head_weight"]["numel"]
+    bf16 = served_head_bytes(off)
+    assert served_head_bytes(on) * 2 - 8 == bf16 == 2 * off["head_weight"]["numel"]
     assert facts["archive"]["verify_ok"] is True
     # Exact draft tokens, shown as the demo shows them: every FP8 pick is the BF16 head's.
     assert facts["spec_decode_identical"] is True and facts["draft_tokens_identical"] == 1.0
     assert all(f["draft_head_ms_per_call"] > 0 for f in facts["figures"].values())
-    assert not (tmp_path / "state").exists() or not any(
-        (tmp_path / "state").rglob("*")
-    )  # no surprise disk use
-    # The printed report names what it compares and each check.
+    state = demo.tmp / "state"
+    assert not state.exists() or not any(state.rglob("*"))  # no surprise disk use
+    # The printed report names what it compares and each check, and says which path served
+    # which batch, as measured at load in this run (the demo asks for FP8 at every batch).
+    paths = facts["diagnostics"]["head"]["batch_paths"]
+    assert paths["setting"] == "never" and paths["bf16_from"] is None
+    assert [m["rows"] for m in paths["measured"]] == [1, 2, 4, 8, 16, 32]
     for text in (
         "flag off (BF16 draft head)",
         "flag on (FP8 draft head)",
@@ -192,9 +170,15 @@ def test_demo_and_the_archive_commands(tmp_path):
         "(100.0%)",
         "draft head time per call",
         "pass  target head unquantized",
+        "batch paths: the FP8 head + exact pick at every batch (DRAFT_HEAD_FP8_BF16_FROM=never;",
+        "the default (auto) would serve",
         "<- this run",
     ):
         assert text in proc.stdout
+    # No figure from elsewhere without saying where it was measured.
+    assert "0.55x" not in proc.stdout
+    if "docs/benchmarks.md" in proc.stdout:
+        assert "2-core AVX512-BF16 EPYC" in proc.stdout
 
     # The README's archive commands, against the archive the demo wrote, through the documented env.
     env["DRAFT_HEAD_FP8_ARCHIVE"] = facts["archive"]["root"]

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from engine_support import engine_env, free_port, tree
+from engine_support import FLAG_ON, engine_env, free_port, tree
 
 from draft_head_fp8 import validate_post_share_receipt
 from draft_head_fp8.archive import Archive
@@ -93,7 +93,8 @@ def _stop(proc):
 def test_server_has_a_valid_receipt_before_its_first_completion(tmp_path):
     pair = build_tiny_pair(tmp_path / "pair", seed=5)
     archive = tmp_path / "archive"
-    env = engine_env(tmp_path, flag=True, archive=archive)
+    # What serves an FP8 head on this kind of CPU (by default where vLLM has the W8A16 op).
+    env = {**engine_env(tmp_path, flag=True, archive=archive), **FLAG_ON}
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")  # vLLM's default: engine core in its own process
     port = free_port()
     out_path, err_path = tmp_path / "server.out", tmp_path / "server.err"
@@ -123,6 +124,9 @@ def test_server_has_a_valid_receipt_before_its_first_completion(tmp_path):
             assert answer["choices"][0]["text"] != "" or answer["usage"]["completion_tokens"] > 0
         finally:
             _stop(proc)
+    # vLLM's own log says it, as the README promises.
+    logged = out_path.read_text() + err_path.read_text()
+    assert "draft-head-fp8: post-share receipt passed (v" in logged
 
 
 def test_server_refuses_to_start_with_an_ordered_assistant(tmp_path):

@@ -8,7 +8,7 @@ import json
 import textwrap
 
 import pytest
-from engine_support import serve, tree
+from engine_support import FP8_EVERYWHERE, serve, stored_shape, tree
 
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.evidence import RANKS_PATH, diagnostics_path, receipt_path
@@ -26,7 +26,8 @@ def tp2_off(shipped, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tp2_on(shipped, tmp_path_factory):
-    return serve(tmp_path_factory.mktemp("tp2-on"), shipped, flag=True, args=TP2)
+    tmp = tmp_path_factory.mktemp("tp2-on")
+    return serve(tmp, shipped, flag=True, env=FP8_EVERYWHERE, args=TP2)
 
 
 def test_tp2_serves_what_tp1_serves_and_vllm_counts_the_same(tp1_off, tp2_off, tp2_on):
@@ -45,7 +46,7 @@ def test_one_boot_holds_every_ranks_proof(tp1_on, tp2_on):
         assert receipt_verdict(receipt) is None
         assert (receipt["tp_rank"], receipt["tp_size"], receipt["head_tp_size"]) == (rank, 2, 2)
         assert receipt["head_vocab_range"] == [rank * 1024, (rank + 1) * 1024]
-        assert receipt["head_weight"]["shape"] == [1024, 64]  # this rank's shard, packed
+        assert receipt["head_weight"]["shape"] == stored_shape(64, 1024)  # this rank's shard
         # Provenance per rank: exactly its rows of the checkpoint tensor.
         checkpoint = record["head"]["checkpoint"]
         assert checkpoint["rows"] == [rank * 1024, (rank + 1) * 1024]

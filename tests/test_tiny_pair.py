@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from draft_head_fp8.tiny import DRAFT_HIDDEN, TARGET_HIDDEN, VOCAB, shipped_pair  # noqa: E402
+from draft_head_fp8.tiny import shipped_pair  # noqa: E402
+from draft_head_fp8.tiny.gemma4 import DRAFT_HIDDEN, TARGET_HIDDEN, VOCAB  # noqa: E402
 from tools import corpus, draft_replay, train_tiny_pair  # noqa: E402
 
 PAIR = shipped_pair()
@@ -116,7 +117,7 @@ def test_draft_masks_follow_vllm_kv_sharing():
     """A draft query at target position i sees target K/V 0..i (and, sliding, the last window)."""
     from transformers import Gemma4AssistantForCausalLM, Gemma4ForCausalLM
 
-    from draft_head_fp8.tiny import assistant_config, target_config
+    from draft_head_fp8.tiny.gemma4 import assistant_config, target_config
 
     torch.manual_seed(0)
     target = Gemma4ForCausalLM(target_config()).eval()

@@ -21,8 +21,7 @@ import time
 
 import pytest
 
-from draft_head_fp8 import write_runtime_receipt
-from draft_head_fp8.archive import durable
+from draft_head_fp8 import durable, write_runtime_receipt
 from draft_head_fp8.evidence.encoding import document_bytes as receipt_bytes
 
 RECEIPT = {

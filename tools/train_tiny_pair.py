@@ -9,16 +9,16 @@ Bitwise reproducible for a fixed Python (its stdlib is the corpus), torch versio
     python -m tools.train_tiny_pair OUT [--minutes N] [--seed S]
 
 writes ``OUT/target`` and ``OUT/assistant`` (bf16 safetensors + config + the same byte-level BPE
-tokenizer ``draft_head_fp8.tiny`` trains, saved exactly as ``tiny.save_model`` saves it) and
+tokenizer ``draft_head_fp8.tiny.gemma4`` trains, saved exactly as ``tiny.save_model`` saves it) and
 ``OUT/training.json`` (what was done: corpus, split, steps, losses, an offline acceptance check).
 
 What is trained, and why it matches what vLLM runs
 --------------------------------------------------
-1. **Target** (``Gemma4ForCausalLM``, the shapes of ``tiny.target_config()``): plain next-token
-   cross-entropy on packed ``<bos> doc <eos>`` sequences of stdlib docstrings. The docstrings of
-   one stdlib file in ten are held out (never trained on by either model) and give the benchmark
-   prompts.
-2. **Assistant** (``Gemma4AssistantForCausalLM``, the shapes of ``tiny.assistant_config()``):
+1. **Target** (``Gemma4ForCausalLM``, the shapes of ``tiny.gemma4.target_config()``): plain
+   next-token cross-entropy on packed ``<bos> doc <eos>`` sequences of stdlib docstrings. The
+   docstrings of one stdlib file in ten are held out (never trained on by either model) and give
+   the benchmark prompts.
+2. **Assistant** (``Gemma4AssistantForCausalLM``, the shapes of ``tiny.gemma4.assistant_config()``):
    distilled from the frozen target, unrolled over ``DRAFT_STEPS`` draft steps, computing exactly
    what vLLM's Gemma 4 MTP proposer computes (``vllm/v1/spec_decode/gemma4.py`` +
    ``model_executor/models/gemma4_mtp.py``):
@@ -56,14 +56,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from draft_head_fp8.tiny import (
-    TinyPair,
-    assistant_config,
-    new_pair_folders,
-    save_model,
-    target_config,
-    train_tokenizer,
-)
+from draft_head_fp8.tiny import TinyPair, save_model, train_tokenizer
+from draft_head_fp8.tiny.gemma4 import VOCAB, assistant_config, new_pair_folders, target_config
 from tools.corpus import (
     EOS,
     HELDOUT_EVERY,
@@ -328,7 +322,7 @@ def train_pair(
 
     with tempfile.TemporaryDirectory(dir=out) as scratch:
         tok_dir = Path(scratch) / "tokenizer"
-        train_tokenizer(tok_dir)
+        train_tokenizer(tok_dir, VOCAB)
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
         corpus = stdlib_docstring_corpus()
         train_data = pack(encode_documents(tokenizer, corpus.train))

@@ -12,12 +12,11 @@ import struct
 from pathlib import Path
 from typing import Any
 
-EMBED_TENSOR = "model.embed_tokens.weight"
 _READ_BYTES = 16 * 1024 * 1024
 
 
 class CheckpointError(ValueError):
-    """The checkpoint folder cannot tell what we need (missing, unreadable, not Gemma 4...)."""
+    """The checkpoint folder cannot tell what we need (missing, unreadable, not a drafter...)."""
 
 
 def read_config(model_dir: str | os.PathLike) -> dict:
@@ -59,7 +58,7 @@ def safetensors_files(model_dir: str | os.PathLike) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))
 
 
-def find_tensor(model_dir: str | os.PathLike, name: str = EMBED_TENSOR) -> tuple[Path, dict, int]:
+def find_tensor(model_dir: str | os.PathLike, name: str) -> tuple[Path, dict, int]:
     """(file, header entry, data start) of tensor ``name`` in the folder's safetensors files."""
     files = safetensors_files(model_dir)
     if not files:
@@ -84,8 +83,16 @@ def _row_span(entry: dict, rows: tuple[int, int] | None) -> tuple[int, int, list
     return begin + start * row_bytes, begin + stop * row_bytes, [start, stop]
 
 
+def has_tensor(model_dir: str | os.PathLike, name: str) -> bool:
+    try:
+        find_tensor(model_dir, name)
+    except CheckpointError:
+        return False
+    return True
+
+
 def tensor_bytes_sha256(
-    model_dir: str | os.PathLike, name: str = EMBED_TENSOR, *, rows: tuple[int, int] | None = None
+    model_dir: str | os.PathLike, name: str, *, rows: tuple[int, int] | None = None
 ) -> dict[str, Any]:
     """SHA-256 of tensor ``name``'s bytes exactly as stored in the checkpoint file; of its rows
     ``[start, stop)`` only when ``rows`` is given (a tensor-parallel shard), read from disk
@@ -136,7 +143,7 @@ _SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 def tensor_sha256_as(
     model_dir: str | os.PathLike,
     torch_dtype: Any,
-    name: str = EMBED_TENSOR,
+    name: str,
     *,
     rows: tuple[int, int] | None = None,
 ) -> dict[str, Any]:

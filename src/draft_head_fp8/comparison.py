@@ -1,4 +1,4 @@
-"""The same target, assistant and prompts served twice by the real engine, flag off (BF16 draft
+"""The same target, drafter and prompts served twice by the real engine, flag off (BF16 draft
 head) and flag on (FP8 draft head), and what the two runs measured and proved.
 
 The FP8 side is read back from the archive, the receipts and diagnostics a user reads; the BF16
@@ -42,10 +42,13 @@ class EngineOptions:
     max_model_len: int = 256
     dtype: str = "bfloat16"
     kv_cache_memory_bytes: int = 64 << 20  # 0: let vLLM size it
+    gpu_memory_utilization: float | None = None  # vLLM's share when it sizes the KV cache
     eager: bool = True
     # Count FP8 picks against the BF16 head's in the flag-on run. It holds a second BF16 copy of
     # the head in the worker while it runs, so memory figures are measured without it.
     draft_agreement: bool = True
+    # Settings of the flag-on run only (e.g. the demo's DRAFT_HEAD_FP8_BF16_FROM=never).
+    flag_on_env: tuple[tuple[str, str], ...] = ()
 
     def probe_args(self) -> tuple[str, ...]:
         args = [
@@ -56,6 +59,8 @@ class EngineOptions:
             "--dtype", self.dtype,
             "--kv-cache-memory-bytes", str(self.kv_cache_memory_bytes),
         ]  # fmt: skip
+        if self.gpu_memory_utilization is not None:
+            args += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         if not self.eager:
             args.append("--no-eager")
         for prompt in self.prompts:
@@ -72,7 +77,7 @@ def snapshot_bytes(snapshot: dict | None) -> int | None:
     return None if size is None or not isinstance(numel, int) else size * numel
 
 
-def head_bytes(receipt: dict) -> int | None:
+def served_head_bytes(receipt: dict) -> int | None:
     """What one read of the draft head costs on this rank: its weight plus its scale, if any."""
     weight = snapshot_bytes(receipt.get("head_weight"))
     scale = snapshot_bytes(receipt.get("head_weight_scale"))
@@ -94,6 +99,7 @@ def _engine(
     archive: Path,
     args: tuple[str, ...],
     progress: Progress,
+    env: tuple[tuple[str, str], ...] = (),
 ) -> dict:
     logs = cache / "logs"
     log = logs / f"{name}.log"
@@ -101,7 +107,7 @@ def _engine(
     run = harness.launch(
         target,
         assistant,
-        env=harness.engine_env(cache, flag=flag, archive=archive),
+        env={**harness.engine_env(cache, flag=flag, archive=archive), **dict(env)},
         out=logs / f"{name}.json",
         args=args,
         log=log,
@@ -113,9 +119,23 @@ def _engine(
             raise Refused(reasons[0].removeprefix(REFUSAL))
         raise EngineFailed(
             f"the {name} engine failed (exit {run.returncode}); last lines of {log}:\n{run.tail()}"
+            + _hint(run.stdout + run.stderr)
         )
     progress(f"      done in {run.seconds:.0f} s")
     return run.facts
+
+
+def _hint(log: str) -> str:
+    """What to pass for the engine failures users meet most."""
+    if "--gpu-memory-utilization" in log:
+        # vLLM sized the KV cache from a share of all memory and found less free: on a CPU that
+        # is any other process on the machine.
+        return (
+            "\nhint: vLLM found too little free memory for its default share; pass "
+            "--kv-cache-memory-bytes BYTES (a fixed KV cache, e.g. 1073741824) or a lower "
+            "--gpu-memory-utilization"
+        )
+    return ""
 
 
 def figures(run: dict) -> dict:
@@ -130,6 +150,8 @@ def figures(run: dict) -> dict:
         "accepted_tokens": spec.get("num_accepted_tokens"),
         "draft_head_ms_per_call": None if not timing else 1e3 * timing["median_s"],
         "draft_head_calls": timing.get("calls"),
+        # by rows per call (the batch): {rows: {"calls", "median_s"}}
+        "draft_head_by_rows": timing.get("by_rows"),
         "generated_tokens": run["generated_tokens"],
         "generate_seconds": generate,
         "tokens_per_second": run["generated_tokens"] / generate if generate else None,
@@ -196,14 +218,17 @@ def compare(
     off_wrote_nothing = _tree(archive_root) == before
     boots_before = len(Archive(archive_root).boots()) if archive_root.exists() else 0
     watch = ("--draft-agreement",) if options.draft_agreement else ()
-    on = _engine("[3/4]", "flag-on", flag=True, args=args + watch, progress=progress, **common)
+    on = _engine(
+        "[3/4]", "flag-on", flag=True, args=args + watch, progress=progress,
+        env=options.flag_on_env, **common,
+    )  # fmt: skip
     progress("[4/4] reading the receipts back from the archive")
     evidence = _read_boot(archive_root, boots_before, options.tensor_parallel_size)
-    hashes = {
-        off["after_start"]["target_embed_sha256"],
-        on["after_start"]["target_embed_sha256"],
-        on["after_generate"]["target_embed_sha256"],
-    }
+
+    def unchanged(key: str) -> bool:
+        runs = (off["after_start"], on["after_start"], on["after_generate"])
+        return len({facts[key] for facts in runs}) == 1
+
     agreement = on.get("draft_agreement") or {}
     return {
         "models": {"target": str(target), "assistant": str(assistant)},
@@ -217,7 +242,8 @@ def compare(
         "texts_identical": off["texts"] == on["texts"],
         "tokens_identical": off["token_ids"] == on["token_ids"],
         "spec_decode_identical": off["spec_decode"] == on["spec_decode"],
-        "target_embed_unchanged": len(hashes) == 1,
+        "target_embed_unchanged": unchanged("target_embed_sha256"),
+        "target_head_unchanged": unchanged("target_head_sha256"),
         "flag_off_wrote_nothing": off_wrote_nothing,
         **evidence,
     }
@@ -226,5 +252,8 @@ def compare(
 def ok(facts: dict[str, Any]) -> bool:
     """What the demo and ``compare`` exit 0 on: proven, lossless, the target untouched."""
     return bool(
-        facts["receipt"]["valid"] and facts["texts_identical"] and facts["target_embed_unchanged"]
+        facts["receipt"]["valid"]
+        and facts["texts_identical"]
+        and facts["target_embed_unchanged"]
+        and facts["target_head_unchanged"]
     )

@@ -17,9 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from draft_head_fp8.policy import EXPERIMENT_ENV
+from draft_head_fp8.settings import ARCHIVE_ENV, EXPERIMENT_ENV
 
-ARCHIVE_ENV = "DRAFT_HEAD_FP8_ARCHIVE"
 # Fast, stable CPU engines (shared notes): one OpenMP thread avoids 20-90x oversubscription
 # slowdowns on small machines; no thread pinning. Both are ignored on CUDA.
 CPU_ENGINE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
@@ -33,6 +32,7 @@ def engine_env(
     plugins: bool = True,
     multiprocess: bool = False,
     isolate_home: bool = False,
+    vllm_cache: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment of one engine process.
@@ -42,6 +42,8 @@ def engine_env(
     ``isolate_home``: HOME and the XDG folders inside ``scratch`` too, for tests that check
     nothing is written anywhere else. Inherited ``VLLM_*``/``DRAFT_HEAD_FP8_*`` settings are
     dropped with ``isolate_home``, kept otherwise (a user's own settings are theirs).
+    ``vllm_cache``: vLLM's cache folder, when several engines share one (vLLM inspects each
+    model class once in a subprocess, ~20 s, and keeps the answer there); else in ``scratch``.
     """
     env = dict(os.environ if environ is None else environ)
     if isolate_home:
@@ -51,7 +53,7 @@ def engine_env(
     for name in names:
         (scratch / name).mkdir(parents=True, exist_ok=True)
     env.update(
-        VLLM_CACHE_ROOT=str(scratch / "cache"),
+        VLLM_CACHE_ROOT=str(vllm_cache or scratch / "cache"),
         TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"),
         TMPDIR=str(scratch / "tmp"),
         HF_HUB_OFFLINE="1",

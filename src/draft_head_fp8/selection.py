@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from draft_head_fp8.policy import Eligibility, HeadFp8EligibilityError, eligibility, is_lm_head
+from draft_head_fp8.errors import HeadFp8EligibilityError
+from draft_head_fp8.policy import Eligibility, eligibility, is_lm_head
 
 
 def _package_head_method() -> Any:
@@ -30,6 +31,10 @@ def select_draft_head_method(
     model_dtype: Any = None,
     parallel_lm_head_type: type | None = None,
     parallel_lm_head_class: type | None = None,
+    shared_target_head: bool = False,
+    head_quant_method: str | None = None,
+    draft_vocab_size: int | None = None,
+    vocab_size: int | None = None,
     method_factory: Callable[[], Any] | None = None,
 ) -> tuple[Any, Eligibility]:
     decision = eligibility(
@@ -44,6 +49,10 @@ def select_draft_head_method(
         model_dtype=model_dtype,
         parallel_lm_head_type=parallel_lm_head_type,
         parallel_lm_head_class=parallel_lm_head_class,
+        shared_target_head=shared_target_head,
+        head_quant_method=head_quant_method,
+        draft_vocab_size=draft_vocab_size,
+        vocab_size=vocab_size,
     )
     if not decision.eligible:
         # The user asked for FP8 on this very head and it is unsafe: the engine must not start on

@@ -1,13 +1,18 @@
-"""The package's own settings, read from the environment and checked in one place. A bad value
-refuses start-up with one line that says what is allowed: the user asked for something, and a
-silent default would be a lie. Pure: no torch, no vLLM."""
+"""The package's environment: every variable it reads is named here, and read and checked here
+only. A bad value refuses start-up with one line that says what is allowed: the user asked for
+something, and a silent default would be a lie. Pure: no torch, no vLLM."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 
-from draft_head_fp8.policy import HeadFp8EligibilityError
+from draft_head_fp8.errors import HeadFp8EligibilityError
+
+# The experiment flag (docs/contract.md, "Public names"); ``policy.env_enabled`` reads it.
+EXPERIMENT_ENV = "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"
+# Where boots are archived; unset: the per-user state folder (``archive.default_root``).
+ARCHIVE_ENV = "DRAFT_HEAD_FP8_ARCHIVE"
 
 RESCORE_ENV = "DRAFT_HEAD_FP8_RESCORE_TOPK"
 # Candidates rescored exactly from the BF16 rows. Chosen from measurements (docs/benchmarks.md,
@@ -19,9 +24,14 @@ MAX_RESCORE_TOPK = 64  # beyond this the "pick" is a second head, not a rescorin
 
 CPU_KERNEL_ENV = "DRAFT_HEAD_FP8_CPU_KERNEL"
 CPU_KERNELS = {
-    "auto": "vLLM's W8A16 op (fp8_scaled_mm_cpu) where vLLM ships it, else torch._scaled_mm",
-    "scaled_mm": "torch._scaled_mm, the layout-keeping path (slow on CPU; for comparison)",
+    "auto": "vLLM's W8A16 op (fp8_scaled_mm_cpu) where vLLM ships it; refused where it does not",
+    "scaled_mm": "torch._scaled_mm, the layout-keeping path: served even where it is slow",
 }
+# What serves the slow path anyway where ``auto`` refuses it.
+SLOW_CPU_OVERRIDE = f"{CPU_KERNEL_ENV}=scaled_mm"
+
+BF16_FROM_ENV = "DRAFT_HEAD_FP8_BF16_FROM"
+BF16_FROM_AUTO, BF16_FROM_NEVER = "auto", "never"
 
 
 def _value(name: str, environ: Mapping[str, str] | None) -> str | None:
@@ -29,7 +39,12 @@ def _value(name: str, environ: Mapping[str, str] | None) -> str | None:
     return None if value is None or not value.strip() else value.strip()
 
 
-def rescore_top_k(environ: Mapping[str, str] | None = None) -> int:
+def archive_root(environ: Mapping[str, str] | None = None) -> str | None:
+    """The archive folder the user named, or None for the default."""
+    return _value(ARCHIVE_ENV, environ)
+
+
+def exact_pick_top_k(environ: Mapping[str, str] | None = None) -> int:
     """k of the exact top-k pick; 0 means plain FP8 logits."""
     raw = _value(RESCORE_ENV, environ)
     if raw is None:
@@ -57,3 +72,23 @@ def cpu_kernel(environ: Mapping[str, str] | None = None) -> str:
             f"(auto: {CPU_KERNELS['auto']})"
         )
     return raw.lower()
+
+
+def bf16_from(environ: Mapping[str, str] | None = None) -> str | int:
+    """From how many rows per call the BF16 rows serve the draft head instead of the FP8 scan:
+    ``auto`` (measured at load on a CPU), ``never``, or a whole number of rows."""
+    raw = _value(BF16_FROM_ENV, environ)
+    if raw is None:
+        return BF16_FROM_AUTO
+    if raw.lower() in (BF16_FROM_AUTO, BF16_FROM_NEVER):
+        return raw.lower()
+    try:
+        rows = int(raw, 10)
+    except ValueError:
+        rows = 0
+    if rows < 1:
+        raise HeadFp8EligibilityError(
+            f"{BF16_FROM_ENV}={raw!r} is not auto, never or a whole number of rows from 1 "
+            "(auto: measured at load on a CPU; never: the FP8 head at every batch size)"
+        )
+    return rows

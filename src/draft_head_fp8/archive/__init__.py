@@ -6,7 +6,6 @@ One concern per module; the vocabulary (names on disk, schema ids, modes) is lay
     layout.py     names, schema ids, modes, the storage format, the default root
     errors.py     the named errors
     fs.py         no-follow opens relative to open folders, reads, hashing, flock, name checks
-    durable.py    write-once files: O_TMPFILE + fsync + link, never overwrite
     identity.py   what boot.json records about the engine start
     documents.py  parsing archive documents; "valid" is the shipped JSON Schema
     rootdir.py    the root folder: open, lock, scan
@@ -17,7 +16,8 @@ One concern per module; the vocabulary (names on disk, schema ids, modes) is lay
     prune.py      prune and its result
     diff.py       two boots compared field by field
 
-The ``archive`` command is ``cli/archive.py``'s. Importing this package must stay
+Write-once files are ``draft_head_fp8.durable``'s (receipts use them too). The ``archive``
+command is ``cli/archive.py``'s. Importing this package must stay
 cheap and must not import torch or vLLM: it runs in every engine start. jsonschema is imported
 only to explain a rejected document, rfc8785 only where a manifest's own digest is computed.
 """

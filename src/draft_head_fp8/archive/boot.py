@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import documents, durable
+from draft_head_fp8 import durable
+
+from . import documents
 from .chain import chain_head, link_fields
 from .errors import ArchiveError, BootIncompleteError, BootSealedError, UnsafePathError
 from .fs import (

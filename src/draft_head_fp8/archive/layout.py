@@ -12,14 +12,14 @@ Layout of the root::
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 from draft_head_fp8.evidence.encoding import document_bytes
+from draft_head_fp8.settings import ARCHIVE_ENV, archive_root
 
 APPNAME = "draft-head-fp8"
-ROOT_ENV = "DRAFT_HEAD_FP8_ARCHIVE"
+ROOT_ENV = ARCHIVE_ENV  # the variable that names the root, spelled once in settings
 BOOT_JSON = "boot.json"
 MANIFEST = "MANIFEST.json"
 LOCK_NAME = ".lock"
@@ -45,9 +45,9 @@ DIR_MODE, FILE_MODE = 0o700, 0o600
 
 def default_root() -> Path:
     """``$DRAFT_HEAD_FP8_ARCHIVE``, else the per-user state folder (platformdirs)."""
-    env = os.environ.get(ROOT_ENV, "").strip()
-    if env:
-        return Path(env).expanduser()
+    named = archive_root()
+    if named:
+        return Path(named).expanduser()
     import platformdirs
 
     return Path(platformdirs.user_state_dir(APPNAME, appauthor=False))

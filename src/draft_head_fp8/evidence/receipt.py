@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from draft_head_fp8.archive.durable import create_exclusive, makedirs_durable
+from draft_head_fp8.durable import create_exclusive, makedirs_durable
 from draft_head_fp8.evidence import RECEIPT_V2
 from draft_head_fp8.evidence.encoding import document_bytes
 from draft_head_fp8.evidence.snapshot import tensor_snapshot
+from draft_head_fp8.families.family import Modules, present_or, resolve
 from draft_head_fp8.policy import Eligibility
 
 
@@ -38,29 +40,11 @@ def _method_name(module: Any) -> str | None:
     return None if method is None else type(method).__name__
 
 
-def _or(value: Any, fallback: Any) -> Any:
-    # Not `value or fallback`: a module that defines __len__ (ModuleList) can be falsy.
-    return fallback if value is None else value
-
-
-def make_runtime_receipt(
-    *,
-    head: Any,
-    draft_model: Any,
-    target_model: Any,
-    decision: Eligibility,
-    phase: str,
-    target_lm_head: Any = None,
-) -> dict:
-    draft_body = _or(getattr(draft_model, "model", None), draft_model)
-    draft_embed = getattr(draft_body, "embed_tokens", None)
-    get_language_model = getattr(target_model, "get_language_model", None)
-    target_lm = get_language_model() if callable(get_language_model) else target_model
-    target_head = (
-        target_lm_head if target_lm_head is not None else getattr(target_lm, "lm_head", None)
-    )
-    target_body = _or(getattr(target_lm, "model", None), target_lm)
-    target_embed = getattr(target_body, "embed_tokens", None)
+def capture(modules: Modules, *, head: Any, decision: Eligibility, phase: str) -> dict:
+    """Receipt v2 of ``head`` among the resolved ``modules``: metadata only, never values."""
+    drafter = modules.drafter
+    draft_embed, target_embed = modules.draft_embed, modules.target_embed
+    target_head = modules.target_head
 
     method = getattr(head, "quant_method", None)
     kernel = getattr(method, "fp8_linear", None)
@@ -69,8 +53,8 @@ def make_runtime_receipt(
     draft_embed_weight = getattr(draft_embed, "weight", None)
     target_embed_weight = getattr(target_embed, "weight", None)
 
-    draft_config = getattr(draft_model, "config", None)
-    text_config = _or(getattr(draft_config, "text_config", None), draft_config)
+    draft_config = getattr(drafter, "config", None)
+    text_config = present_or(getattr(draft_config, "text_config", None), draft_config)
     config_hidden = _config_dim(text_config, "hidden_size")
     config_vocab = _config_dim(text_config, "vocab_size")
     partition_hidden = _int_or_none(getattr(head, "input_size_per_partition", None))
@@ -118,6 +102,23 @@ def make_runtime_receipt(
         "target_embedding_method": _method_name(target_embed),
         "target_lm_head_method": _method_name(target_head),
     }
+
+
+def make_runtime_receipt(
+    *,
+    head: Any,
+    draft_model: Any,
+    target_model: Any,
+    decision: Eligibility,
+    phase: str,
+    target_lm_head: Any = None,
+) -> dict:
+    """The contract's capture (docs/contract.md, "Receipt v2"): the modules resolved as every
+    family here lays them out, the target head given or the target language model's."""
+    modules = resolve(draft_model, target_model)
+    if target_lm_head is not None:
+        modules = replace(modules, target_head=target_lm_head)
+    return capture(modules, head=head, decision=decision, phase=phase)
 
 
 def write_runtime_receipt(receipt: Mapping, path: str | os.PathLike) -> None:

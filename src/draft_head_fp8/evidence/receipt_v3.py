@@ -13,13 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from draft_head_fp8.evidence import RECEIPT_V3
-from draft_head_fp8.evidence.receipt import make_runtime_receipt
+from draft_head_fp8.evidence.receipt import capture
 from draft_head_fp8.evidence.snapshot import call_or_none, tensor_snapshot
+from draft_head_fp8.families.family import Modules
+from draft_head_fp8.layouts import LAYOUT_PLAIN, logical_shape
 
-LAYOUT_PLAIN = "plain"
-# vLLM's CPU packer (torch.ops._C.convert_weight_packed): VNNI tiles, [vocab, hidden] as stored.
-LAYOUT_PACKED = "convert_weight_packed"
-LAYOUTS = (LAYOUT_PLAIN, LAYOUT_PACKED)
 V3_KEYS = (
     "head_weight_layout",
     "head_weight_logical_shape",
@@ -31,13 +29,6 @@ V3_KEYS = (
     "head_vocab_range",
     "head_real_vocab_range",
 )
-
-
-def logical_shape(physical: list[int] | None, layout: str) -> list[int] | None:
-    """The ``[hidden, vocab]`` matrix a stored weight stands for, in a known layout."""
-    if not isinstance(physical, list) or len(physical) != 2 or layout not in LAYOUTS:
-        return None
-    return list(physical) if layout == LAYOUT_PLAIN else [physical[1], physical[0]]
 
 
 def _equals_everywhere(kernel_scale: Any, stored: Any) -> bool | None:
@@ -56,72 +47,48 @@ def _range(start: Any, end: Any) -> list[int] | None:
     return call_or_none(lambda: [int(start), int(end)])
 
 
-def make_runtime_receipt_v3(
-    *,
-    head: Any,
-    draft_model: Any,
-    target_model: Any,
-    decision: Any,
-    phase: str,
-    layout: str,
-    stored_scale: Any,
-    tp_rank: int,
-    tp_size: int,
-    target_lm_head: Any = None,
-) -> dict:
-    receipt = make_runtime_receipt(
-        head=head,
-        draft_model=draft_model,
-        target_model=target_model,
-        decision=decision,
-        phase=phase,
-        target_lm_head=target_lm_head,
-    )
+def extend_to_v3(receipt: dict, head: Any, *, layout: str, stored_scale: Any) -> dict:
+    """A v2 receipt of ``head`` made v3: its layout, its stored scale, this rank's rows."""
     hidden = receipt["draft_config_hidden_size"] or receipt["head_partition_hidden_size"]
     rows = receipt["head_partition_vocab_size"]
     indices = getattr(head, "shard_indices", None)
     start = getattr(indices, "padded_org_vocab_start_index", None)
     weight = receipt["head_weight"] or {}
-    receipt.update(
-        schema=RECEIPT_V3,
+    return {
+        **receipt,
+        "schema": RECEIPT_V3,
         # For a shard, v2's [hidden, vocab] is this rank's [hidden, partition rows].
-        head_expected_weight_shape=None if hidden is None or rows is None else [hidden, rows],
-        head_weight_layout=layout,
-        head_weight_logical_shape=logical_shape(weight.get("shape"), layout),
-        head_weight_scale_stored=tensor_snapshot(stored_scale, finite=True, positive_scalar=True),
-        head_kernel_scale_equals_stored=_equals_everywhere(
+        "head_expected_weight_shape": None if hidden is None or rows is None else [hidden, rows],
+        "head_weight_layout": layout,
+        "head_weight_logical_shape": logical_shape(weight.get("shape"), layout),
+        "head_weight_scale_stored": tensor_snapshot(
+            stored_scale, finite=True, positive_scalar=True
+        ),
+        "head_kernel_scale_equals_stored": _equals_everywhere(
             getattr(head, "weight_scale", None), stored_scale
         ),
-        tp_rank=tp_rank,
-        tp_size=tp_size,
-        head_vocab_padded_size=call_or_none(lambda: int(head.num_embeddings_padded)),
-        head_vocab_range=None if start is None or rows is None else _range(start, start + rows),
-        head_real_vocab_range=_range(
+        "tp_rank": call_or_none(lambda: int(head.tp_rank)) or 0,
+        "tp_size": call_or_none(lambda: int(head.tp_size)) or 1,
+        "head_vocab_padded_size": call_or_none(lambda: int(head.num_embeddings_padded)),
+        "head_vocab_range": None if start is None or rows is None else _range(start, start + rows),
+        "head_real_vocab_range": _range(
             getattr(indices, "org_vocab_start_index", None),
             getattr(indices, "org_vocab_end_index", None),
         ),
-    )
-    return receipt
+    }
 
 
-def receipt_for_head(
-    *, head: Any, draft_model: Any, target_model: Any, decision: Any, phase: str
-) -> dict:
-    """The receipt that says the truth about this head as it serves: v2 wherever v2 can (a
+def receipt_for_head(modules: Modules, *, decision: Any, phase: str) -> dict:
+    """The receipt that says the truth about the draft head as it serves: v2 wherever v2 can (a
     plain ``[hidden, vocab]`` weight, unsharded, with no vocab padding), else v3."""
+    head = modules.head
     method = getattr(head, "quant_method", None)
     layout = getattr(method, "weight_layout", LAYOUT_PLAIN)
+    receipt = capture(modules, head=head, decision=decision, phase=phase)
     tp_size = call_or_none(lambda: int(head.tp_size)) or 1
-    common = dict(head=head, draft_model=draft_model, target_model=target_model, decision=decision)
-    receipt = make_runtime_receipt(**common, phase=phase)
     padded = receipt["head_partition_vocab_size"] != receipt["draft_config_vocab_size"]
     if layout == LAYOUT_PLAIN and tp_size == 1 and not padded:
         return receipt
-    return make_runtime_receipt_v3(
-        **common,
-        phase=phase,
-        layout=layout,
-        stored_scale=getattr(method, "stored_scale", None),
-        tp_rank=call_or_none(lambda: int(head.tp_rank)) or 0,
-        tp_size=tp_size,
+    return extend_to_v3(
+        receipt, head, layout=layout, stored_scale=getattr(method, "stored_scale", None)
     )

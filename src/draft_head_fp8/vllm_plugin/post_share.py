@@ -1,21 +1,24 @@
-"""The post-share point: after the proposer gives the draft the target's embedding, before any
+"""The post-share point: after vLLM's proposer hands the drafter the target's modules, before any
 request. vLLM has no callback there, so this watches module registration (torch's public
-``register_module_module_registration_hook``), which sees both events it needs, in the worker,
+``register_module_module_registration_hook``), which sees every event it needs, in the worker,
 in every mode:
 
-- an ``lm_head`` registered on a model while vLLM builds it: the candidates for the target, observed
-  on the target itself and never modified;
-- ``embed_tokens`` registered on an armed drafter's inner model: the share itself.
+- an ``lm_head`` registered on a model while vLLM builds it: the candidates for the target,
+  observed on the target itself and never modified;
+- the family's share on an armed drafter: ``embed_tokens`` on its inner model where the drafter
+  keeps its own head (the target's embedding replaces the draft's), or each reference to the
+  target's head (``lm_head``, and each MTP layer's ``shared_head.head``) where the drafter reads
+  the target's head: this hook hands back the private FP8 head instead (``shared_head``), so
+  every drafter reference points to it and the target's head keeps serving the target alone.
 
-At the share the receipt (v2, or v3 where v2 cannot describe the head) and the exact pick's facts
-are captured, validated and archived with the diagnostics, in one boot shared by every rank of
-the engine; with tensor parallelism the ranks then check each other. A failure raises from the
-hook, which makes engine start-up fail with the reason.
+When the share is complete the receipt and the exact pick's facts are captured from the
+family's resolved modules, validated and archived with the diagnostics, in one boot shared by
+every rank of the engine; with tensor parallelism the ranks then check each other. A failure
+raises from the hook, which makes engine start-up fail with the reason.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 import weakref
 from typing import Any
@@ -24,6 +27,8 @@ import torch
 from torch.nn.modules.module import register_module_module_registration_hook
 from vllm.logger import init_logger
 
+from draft_head_fp8 import settings
+from draft_head_fp8.errors import HeadFp8EligibilityError, ProofNotKept
 from draft_head_fp8.evidence import (
     POST_SHARE,
     RANKS_PATH,
@@ -32,33 +37,41 @@ from draft_head_fp8.evidence import (
     diagnostics_path,
     receipt_path,
 )
-from draft_head_fp8.evidence.checks import validate_post_share_receipt
+from draft_head_fp8.evidence.diagnostics import describe_paths
 from draft_head_fp8.evidence.encoding import document_bytes
 from draft_head_fp8.evidence.exact_pick import pick_record, validate_pick
 from draft_head_fp8.evidence.ranks import cross_rank_problems, rank_summary
 from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
-from draft_head_fp8.policy import HeadFp8EligibilityError
+from draft_head_fp8.evidence.verdict import receipt_verdict
+from draft_head_fp8.families.family import AT_SHARE, Modules, is_head
+from draft_head_fp8.vllm_plugin import shared_head
+from draft_head_fp8.vllm_plugin.plan import HeadPlan
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
-logger = init_logger(__name__)
+# Under "vllm." so that vLLM's own logging configuration shows it beside its lines.
+logger = init_logger(f"vllm.{__name__}")
 
 _hook_handle: Any = None
 # Models that had an `lm_head` registered on them, weakly: the target's language model is one.
 _lm_head_owners: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
-# inner draft model (the module whose embed_tokens the proposer replaces) -> armed drafter state
-_armed: weakref.WeakKeyDictionary[torch.nn.Module, _Armed] = weakref.WeakKeyDictionary()
+# parent module -> {attribute name -> armed drafter}: the registrations that are the share
+_points: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, _Armed]] = weakref.WeakKeyDictionary()
+# every module of a drafter that reads the target's head, once its receipt is taken
+_proven: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
 _pending: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
 class _Armed:
-    def __init__(self, drafter: torch.nn.Module, vllm_config: Any) -> None:
+    def __init__(self, drafter: torch.nn.Module, vllm_config: Any, plan: HeadPlan) -> None:
         self.drafter = weakref.ref(drafter)
+        self.plan = plan
+        self.vllm_config = vllm_config  # the current config, where a head is made at the share
         # This worker's name for the engine start; with several ranks, rank 0's wins (each
         # worker's config is rebuilt, and its instance id with it).
         instance = str(getattr(vllm_config, "instance_id", "") or "") or uuid.uuid4().hex
         self.launch_id = f"vllm-{instance}"[:64]
-        speculative = getattr(vllm_config, "speculative_config", None)
-        self.draft_sample_method = getattr(speculative, "draft_sample_method", "greedy")
+        self.remaining = 0  # share points still to come
+        self.private: Any = None  # the private FP8 head, made at the first head share
 
 
 def install_hook() -> None:
@@ -68,47 +81,89 @@ def install_hook() -> None:
         _hook_handle = register_module_module_registration_hook(_on_module_registered)
 
 
-def arm(drafter: torch.nn.Module, vllm_config: Any) -> None:
+def arm(drafter: torch.nn.Module, vllm_config: Any, plan: HeadPlan) -> None:
+    """Watch for this drafter's share: where its own head is kept, the embedding's; where it
+    reads the target's head, every reference to a head it holds, and ``lm_head``."""
     install_hook()
-    _armed[drafter.model] = _Armed(drafter, vllm_config)
+    armed = _Armed(drafter, vllm_config, plan)
+    if plan.family.head.when == AT_SHARE:
+        points = {("", "lm_head")} | {_split(path) for path, _ in shared_head.references(drafter)}
+    else:
+        points = {("model", plan.family.share)}
+    for owner, name in points:
+        parent = drafter.get_submodule(owner) if owner else drafter
+        _points.setdefault(parent, {})[name] = armed
+    armed.remaining = len(points)
     _pending.add(drafter)
+
+
+def _split(path: str) -> tuple[str, str]:
+    owner, _, name = path.rpartition(".")
+    return owner, name
 
 
 def pending(drafter: torch.nn.Module) -> bool:
     return drafter in _pending
 
 
-def _on_module_registered(parent: torch.nn.Module, name: str, submodule: Any) -> None:
+def _on_module_registered(parent: torch.nn.Module, name: str, submodule: Any) -> Any:
     if name == "lm_head":
         _lm_head_owners.add(parent)
+    armed = _points.get(parent, {}).pop(name, None)
+    if armed is None:
+        if parent in _proven and is_head(submodule):
+            # A head handed to the drafter after its receipt: nothing proves what it serves.
+            exc = HeadFp8EligibilityError(
+                f"a draft head reference ({name}) was shared after the post-share receipt of "
+                f"{_proven[parent]}: nothing proves what it serves"
+            )
+            announce_refusal(exc)
+            raise exc
         return None
-    if name != "embed_tokens" or parent not in _armed:
-        return None
-    # Disarm first, and never remove a hook from inside a hook (torch iterates the hook dict).
-    armed = _armed.pop(parent)
     drafter = armed.drafter()
     if drafter is None or submodule is None:
         return None
-    # torch sets the attribute right after this hook returns; set it now, to the same module,
-    # so that the receipt observes the draft exactly as it will serve.
-    parent._modules[name] = submodule
+    armed.remaining -= 1
     try:
-        _capture(drafter, submodule, armed)
+        if armed.plan.family.head.when == AT_SHARE:
+            submodule = _private_head(armed, drafter, submodule)
+        # torch sets the attribute right after this hook returns; set it now, to the same module,
+        # so that the receipt observes the draft exactly as it will serve.
+        parent._modules[name] = submodule
+        if armed.remaining == 0:
+            _capture(drafter, armed, submodule)
     except Exception as exc:
         announce_refusal(exc)
         raise
-    _pending.discard(drafter)
-    return None
+    return submodule
 
 
-def _target_language_model(
-    drafter: torch.nn.Module, shared_embed: torch.nn.Module
-) -> torch.nn.Module:
+def _private_head(armed: _Armed, drafter: torch.nn.Module, shared: Any) -> Any:
+    """What a reference to the target's head becomes: the one private FP8 head of this drafter."""
+    target = _owner_of_head(drafter, shared)
+    if armed.private is None:
+        armed.private = shared_head.make_private_head(
+            armed.plan, armed.vllm_config, drafter, target, shared
+        )
+    return armed.private
+
+
+def _owner_of_head(drafter: torch.nn.Module, head: Any) -> torch.nn.Module:
+    for owner in list(_lm_head_owners):
+        if owner is not drafter and getattr(owner, "lm_head", None) is head:
+            return owner
+    raise HeadFp8EligibilityError(
+        "the head shared with the draft belongs to no target model observed while it was "
+        "built; cannot prove what happened to the target"
+    )
+
+
+def _owner_of_embedding(drafter: torch.nn.Module, embed: Any) -> torch.nn.Module:
     for owner in list(_lm_head_owners):
         if owner is drafter:
             continue
         body = getattr(owner, "model", None)
-        if body is not None and getattr(body, "embed_tokens", None) is shared_embed:
+        if body is not None and getattr(body, "embed_tokens", None) is embed:
             return owner
     raise HeadFp8EligibilityError(
         "the embedding shared with the draft belongs to no target model observed while it was "
@@ -117,8 +172,10 @@ def _target_language_model(
 
 
 def _first_failure(receipt: dict, pick: dict) -> str | None:
+    failure = receipt_verdict(receipt)
+    if failure is not None:
+        return failure
     try:
-        validate_post_share_receipt(receipt)
         validate_pick(pick)
     except HeadFp8EligibilityError as exc:
         return str(exc)
@@ -135,28 +192,34 @@ def _exchange(summary: Any, tp_size: int) -> list[Any]:
     return gathered
 
 
-def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, armed: _Armed) -> None:
-    target = _target_language_model(drafter, shared_embed)
-    head = drafter.lm_head
+def _modules(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> Modules:
+    if armed.plan.family.head.when == AT_SHARE:
+        target = _owner_of_head(drafter, shared_head.target_head_of(armed.private))
+    else:
+        target = _owner_of_embedding(drafter, shared)
+    return armed.plan.family.resolve(drafter, target)
+
+
+def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
+    modules = _modules(drafter, armed, shared)
+    head = modules.head
     method = head.quant_method
+    decision = drafter.head_decision
     rank, tp_size = int(getattr(head, "tp_rank", 0)), int(getattr(head, "tp_size", 1))
-    receipt = receipt_for_head(
-        head=head,
-        draft_model=drafter,
-        target_model=target,
-        decision=drafter.head_decision,
-        phase=POST_SHARE,
-    )
+    receipt = receipt_for_head(modules, decision=decision, phase=POST_SHARE)
+    rows_source = shared_head.rows_source(armed.plan.family)
     pick = pick_record(
         method=method,
-        draft_model=drafter,
-        target_model=target,
-        draft_sample_method=armed.draft_sample_method,
+        modules=modules,
+        draft_sample_method=armed.plan.draft_sample_method,
+        rows_source=rows_source,
     )
     failure = _first_failure(receipt, pick)
+    target = modules.target
     record = diagnostics.record(
         phase=POST_SHARE,
         rank=rank,
+        family=armed.plan.family.name,
         target_class=f"{type(target).__module__}.{type(target).__name__}",
         head=getattr(method, "diagnostics", {}),
         exact_pick=pick,
@@ -169,7 +232,7 @@ def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, armed: _Ar
         boot = _join_boot(launch_id, tp_size)
         _keep(boot, receipt_path(rank), receipt)
         _keep(boot, diagnostics_path(rank), record)
-    except HeadFp8EligibilityError as exc:
+    except ProofNotKept as exc:
         not_archived = exc  # raised below, once the other ranks have heard of it
         failure = failure or str(exc)
     if tp_size > 1:
@@ -198,9 +261,13 @@ def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, armed: _Ar
         raise HeadFp8EligibilityError(
             f"post-share receipt failed validation: {failure} (receipt archived in {boot.path})"
         )
+    _pending.discard(drafter)
+    if armed.plan.family.head.when == AT_SHARE:
+        for path, _ in drafter.named_modules(remove_duplicate=False):
+            _proven[drafter.get_submodule(path) if path else drafter] = receipt_path(rank)
     logger.info(
         "draft-head-fp8: post-share receipt passed (%s, rank %d of %d): head %s on %s (%s, %s), "
-        "weight %s %s; %s; target head on %s; archived in %s",
+        "weight %s %s; %s; %s; target head on %s; archived in %s",
         receipt["schema"].rsplit("/", 1)[-1],
         rank,
         tp_size,
@@ -211,15 +278,16 @@ def _capture(drafter: torch.nn.Module, shared_embed: torch.nn.Module, armed: _Ar
         receipt["head_weight"]["dtype"],
         receipt["head_weight"]["shape"],
         pick["guarantee"],
+        describe_paths(method.diagnostics.get("batch_paths") or {}),
         receipt["target_lm_head_method"],
         boot.path,
     )
 
 
-def _archive_error(exc: Exception) -> HeadFp8EligibilityError:
+def _archive_error(exc: Exception) -> ProofNotKept:
     # The proof is the product: a boot that cannot keep it does not start.
-    return HeadFp8EligibilityError(
-        f"cannot archive the post-share receipt ({exc}); set DRAFT_HEAD_FP8_ARCHIVE to a "
+    return ProofNotKept(
+        f"cannot archive the post-share receipt ({exc}); set {settings.ARCHIVE_ENV} to a "
         "writable folder"
     )
 
@@ -228,7 +296,7 @@ def _join_boot(launch_id: str, tp_size: int) -> Any:
     from draft_head_fp8.archive import Archive, ArchiveError, default_root
 
     try:
-        archive = Archive(os.environ.get("DRAFT_HEAD_FP8_ARCHIVE") or default_root())
+        archive = Archive(settings.archive_root() or default_root())
         return archive.join_boot(launch_id, expected_files=boot_files(tp_size))
     except (OSError, ArchiveError) as exc:
         raise _archive_error(exc) from exc

@@ -5,6 +5,9 @@ warnings on stderr."""
 from __future__ import annotations
 
 import sys
+from typing import Any
+
+from draft_head_fp8.evidence.exact_pick import guarantee
 
 
 def announce_refusal(exc: BaseException) -> None:
@@ -13,3 +16,12 @@ def announce_refusal(exc: BaseException) -> None:
 
 def announce_warning(message: str) -> None:
     print(f"draft-head-fp8: warning: {message}", file=sys.stderr, flush=True)
+
+
+def announce_choices(method: Any, plan: Any) -> None:
+    """On stderr, what makes this head slower or less exact than it could be."""
+    if method.kernel is not None and method.kernel.warning:
+        announce_warning(method.kernel.warning)
+    if plan.draft_sample_method != "greedy":
+        # Exact picks are exact draft tokens only when the draft token is an argmax.
+        announce_warning(guarantee(method.rescore_k, plan.draft_sample_method))

@@ -1,0 +1,180 @@
+"""What a drafter family is: one record of facts, and the modules that matter resolved once.
+
+A family says which of vLLM's drafter classes it wraps; what ``check`` reads from which config
+(model types, the fields that decide eligibility); where the head's bytes come from (which
+checkpoint tensor, in which folder) and when they exist (loaded with the drafter, or handed to it
+at the share); which share vLLM's proposer performs and how the plugin sees it (the module name
+whose registration is the share); and its tiny checkpoints. (Which receipt version proves a
+head follows from where its bytes come from: ``evidence.receipt_v3.receipt_for_head``.)
+Pure: no torch, no vLLM import (modules are duck-typed, configs read as dicts or objects).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Whose folder holds a tensor, or a config.
+DRAFT, TARGET = "draft", "target"
+# When the head's bytes exist: loaded with the drafter's own weights, or handed to the drafter by
+# vLLM's proposer after loading (the target's head, shared).
+AT_LOAD, AT_SHARE = "load", "share"
+
+
+@dataclass(frozen=True)
+class HeadSource:
+    """Where the BF16 bytes the FP8 head is made from come from, and when they exist."""
+
+    folder: str  # DRAFT or TARGET: the checkpoint folder that holds the tensor
+    tensor: str  # its name in that folder's safetensors
+    when: str  # AT_LOAD or AT_SHARE
+    # The tensor instead, when that checkpoint ties its head to its embedding.
+    tied_tensor: str | None = None
+
+    def tensor_for(self, tied: bool) -> str:
+        return self.tied_tensor if tied and self.tied_tensor else self.tensor
+
+
+@dataclass(frozen=True)
+class Modules:
+    """The modules that matter, resolved once by ``resolve``: what the receipt, the exact pick's
+    evidence, the probe and the post-share hook read instead of walking attributes."""
+
+    drafter: Any
+    target: Any  # the target's language model
+    draft_heads: tuple[tuple[str, Any], ...]  # every (path, module) that serves as a draft head
+    draft_embed: Any
+    target_embed: Any
+    target_head: Any
+
+    @property
+    def head(self) -> Any:
+        """The draft head that serves (the first reference; the others must be the same)."""
+        return self.draft_heads[0][1] if self.draft_heads else None
+
+
+def present_or(value: Any, fallback: Any) -> Any:
+    # Not `value or fallback`: a module that defines __len__ (ModuleList) can be falsy.
+    return fallback if value is None else value
+
+
+def language_model(model: Any) -> Any:
+    """A multimodal target's language model, else the model itself (vLLM's own accessor)."""
+    get = getattr(model, "get_language_model", None)
+    return get() if callable(get) else model
+
+
+def is_head(module: Any) -> bool:
+    # vLLM's ParallelLMHead by name and place, so that this module imports no vLLM.
+    cls = type(module)
+    return any(
+        c.__name__ == "ParallelLMHead" and c.__module__.endswith("vocab_parallel_embedding")
+        for c in getattr(cls, "__mro__", ())
+    )
+
+
+def draft_heads(drafter: Any) -> tuple[tuple[str, Any], ...]:
+    """Every reference to a head in the drafter, by path: vLLM's MTP layers may each hold one
+    (``shared_head.head``) besides ``lm_head``, and all of them must be what serves."""
+    walk = getattr(drafter, "named_modules", None)
+    if not callable(walk):
+        head = getattr(drafter, "lm_head", None)
+        return (("lm_head", head),) if head is not None else ()
+    found = [(path, module) for path, module in walk(remove_duplicate=False) if is_head(module)]
+    # lm_head first: it is what the drafter's own compute_logits names.
+    return tuple(sorted(found, key=lambda item: (item[0] != "lm_head", item[0])))
+
+
+def resolve(drafter: Any, target_model: Any) -> Modules:
+    """The modules of a drafter and its target as vLLM lays them out for every family here:
+    ``drafter.model.embed_tokens``, the target language model's ``model.embed_tokens`` and
+    ``lm_head``."""
+    target = language_model(target_model) if target_model is not None else None
+    draft_body = present_or(getattr(drafter, "model", None), drafter)
+    target_body = present_or(getattr(target, "model", None), target)
+    return Modules(
+        drafter=drafter,
+        target=target,
+        draft_heads=draft_heads(drafter),
+        draft_embed=getattr(draft_body, "embed_tokens", None),
+        target_embed=getattr(target_body, "embed_tokens", None),
+        target_head=getattr(target, "lm_head", None),
+    )
+
+
+def _read(c: Any, key: str) -> Any:
+    return c.get(key) if isinstance(c, Mapping) else getattr(c, key, None)
+
+
+def top_value(config: Any, name: str, default: Any = None) -> Any:
+    """A field of the config itself (not of its text config), from a dict or an object."""
+    value = _read(config, name)
+    return default if value is None else value
+
+
+def config_value(config: Any, name: str, default: Any = None) -> Any:
+    """A config field from a dict (``check``) or a config object (the engine), text config
+    first (where a multimodal or assistant config keeps the language model's dimensions)."""
+    read = _read
+    text = read(config, "text_config")
+    for source in (text, config):
+        if source is not None:
+            value = read(source, name)
+            if value is not None:
+                return value
+    return default
+
+
+@dataclass(frozen=True)
+class Family:
+    """One drafter family. Adding a family is one module in this package defining ``FAMILY``."""
+
+    name: str  # e.g. "gemma4-mtp": what `tiny-models --family` and receipts call it
+    title: str  # for people: "Gemma 4 MTP assistant"
+    # vLLM's drafter architecture(s) this family serves, each with the vLLM class it wraps.
+    drafters: Mapping[str, str]
+    speculative_method: str  # vLLM's speculative_config "method"
+    # What `check` reads: the folder whose config names the family, its model types and its
+    # Hugging Face architectures.
+    config_from: str
+    model_types: tuple[str, ...]
+    hf_architectures: tuple[str, ...]
+    head: HeadSource
+    # The module name whose registration on the drafter is vLLM's share, the capture point.
+    share: str
+    tiny: str  # module of its tiny checkpoint builder (draft_head_fp8.tiny.<name>)
+    # The policy's family inputs, from the draft config: ordered_embeddings, tie_word_embeddings.
+    policy_inputs: Callable[[Any], dict[str, Any]]
+    target_model_types: tuple[str, ...] = ()
+    # What vLLM 0.32 needs to run this family on a CPU (e.g. no prefix caching: its mamba
+    # "align" mode calls a Triton kernel), passed to LLM(...) by the harness.
+    cpu_engine_options: Mapping[str, Any] = field(default_factory=dict)
+    # A family the flag refuses at construction, with this reason (from the draft config).
+    refusal: Callable[[Any], str | None] | None = None
+    # Whether a checkpoint folder (its config, headers) is this family's drafter, beyond its
+    # architectures: e.g. an EAGLE draft is a Llama config whose weights hold ``fc``.
+    recognise: Callable[[Any, Path], bool] | None = None
+    # What `check` can already tell will refuse start-up, from configs and headers:
+    # (draft config, draft folder, target description or None) -> reasons.
+    problems: Callable[[Any, Path, Any], list[str]] | None = None
+
+    @property
+    def shares_target_head(self) -> bool:
+        return self.head.when == AT_SHARE
+
+    def resolve(self, drafter: Any, target_model: Any) -> Modules:
+        return resolve(drafter, target_model)
+
+    def is_drafter(self, config: Any, folder: Path | None) -> bool:
+        architectures = config_value(config, "architectures") or []
+        named = any(a in self.hf_architectures for a in architectures) or (
+            config_value(config, "model_type") in self.model_types
+        )
+        if not named:
+            return False
+        return self.recognise is None or folder is None or self.recognise(config, folder)
+
+    def check_problems(self, config: Any, folder: Path, target: Any) -> list[str]:
+        return [] if self.problems is None else self.problems(config, folder, target)

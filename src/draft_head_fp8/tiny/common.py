@@ -1,0 +1,176 @@
+"""What every family's tiny checkpoint builder shares: fresh folders, the tokenizer, saving a
+transformers model in bf16, and rewriting its one safetensors file and config.json.
+
+Builders save a real transformers model (so names and shapes are the ones transformers writes),
+then move or add the drafter's tensors under the names the vLLM model file's ``load_weights``
+reads. The tokenizer is a byte-level BPE trained here on text that ships with Python (the
+docstrings of the standard library), so nothing comes from the network.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import sysconfig
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
+SPECIAL_IDS = dict(pad_token_id=0, eos_token_id=1, bos_token_id=2)
+WEIGHTS = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class TinyPair:
+    """A target and its drafter's folders; the same folder when the drafter (MTP) ships inside
+    the target's checkpoint."""
+
+    target: Path
+    assistant: Path
+
+
+def empty_folder(path: Path) -> Path:
+    """``path`` ready to write into; never a folder that already holds files."""
+    if path.exists() and any(path.iterdir()):
+        raise FileExistsError(f"{path} already holds files; choose an empty folder")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def stdlib_files() -> list[Path]:
+    """The standard library's top-level ``.py`` files, sorted: text that ships with Python."""
+    return sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+
+
+def docstrings(path: Path) -> list[tuple[str | None, str]]:
+    """(name, docstring) of a source file's module, classes and functions, in ``ast.walk``
+    order, read from source (nothing is imported); the module's name is None."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node)
+            if doc:
+                found.append((getattr(node, "name", None), doc))
+    return found
+
+
+def tokenizer_corpus() -> list[str]:
+    """The tokenizer's training text: every non-blank docstring line of ``stdlib_files()``."""
+    lines: list[str] = []
+    for path in stdlib_files():
+        for _, doc in docstrings(path):
+            lines.extend(line.strip() for line in doc.splitlines() if line.strip())
+    return lines
+
+
+def train_tokenizer(out: Path, vocab_size: int) -> None:
+    """A byte-level BPE of exactly ``vocab_size`` tokens into ``out`` (a few seconds)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    if tok.get_vocab_size() != vocab_size:
+        # vLLM sizes the head from config.vocab_size; a shorter tokenizer would still run but
+        # leave head rows no token can reach, which hides indexing mistakes.
+        raise RuntimeError(f"tokenizer reached {tok.get_vocab_size()} tokens, not {vocab_size}")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
+        unk_token="<unk>",
+    )  # fmt: skip
+    fast.save_pretrained(out)
+
+
+def save_model(model: Any, tokenizer_dir: Path | None, out: Path) -> None:
+    """bf16 safetensors, the tokenizer (copied from ``tokenizer_dir``, else trained for the
+    model's vocabulary) and a generation config."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    model = model.to(torch.bfloat16)
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a bar per 1 MB file is noise in tests and the demo
+    try:
+        model.save_pretrained(out, safe_serialization=True)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+    if tokenizer_dir is None:
+        train_tokenizer(out, model.config.vocab_size)
+    else:
+        for name in os.listdir(tokenizer_dir):
+            shutil.copy2(tokenizer_dir / name, out / name)
+    (out / "generation_config.json").write_text(
+        json.dumps(SPECIAL_IDS, indent=2, sort_keys=True) + "\n"
+    )
+
+
+def copy_tokenizer(source: Path, out: Path) -> None:
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy2(source / name, out / name)
+
+
+def rewrite_weights(folder: Path, edit: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Load ``folder``'s one safetensors file, edit its tensors, write it back whole."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = edit(load_file(folder / WEIGHTS))
+    contiguous = {k: v.contiguous() for k, v in tensors.items()}
+    save_file(contiguous, folder / WEIGHTS, metadata={"format": "pt"})
+
+
+def update_config(folder: Path, **changes: Any) -> None:
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def move_layer(tensors: dict[str, Any], source: str, dest: str) -> dict[str, Any]:
+    """Rename every tensor under prefix ``source`` to prefix ``dest`` (both end with a dot)."""
+    return {
+        dest + name[len(source) :] if name.startswith(source) else name: tensor
+        for name, tensor in tensors.items()
+    }
+
+
+class Randoms:
+    """Seeded bf16 tensors for the weights a transformers model does not have (MTP glue)."""
+
+    def __init__(self, seed: int) -> None:
+        import torch
+
+        self.gen = torch.Generator().manual_seed(seed + 1)
+
+    def normal(self, *shape: int, std: float = 0.02) -> Any:
+        import torch
+
+        return (torch.randn(*shape, generator=self.gen) * std).to(torch.bfloat16)
+
+    @staticmethod
+    def ones(n: int) -> Any:
+        import torch
+
+        return torch.ones(n, dtype=torch.bfloat16)
+
+    @staticmethod
+    def zeros(n: int) -> Any:
+        import torch
+
+        return torch.zeros(n, dtype=torch.bfloat16)

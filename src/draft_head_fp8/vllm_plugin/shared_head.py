@@ -1,0 +1,130 @@
+"""The private FP8 head of a drafter that reads the target's head (MTP and EAGLE-1 drafters),
+made at vLLM's share.
+
+vLLM's proposer assigns the target's ``ParallelLMHead`` to the drafter after loading
+(``_maybe_share_lm_head``: ``lm_head``, and each MTP layer's ``shared_head.head`` for DeepSeek
+and GLM). Each of those assignments is handed this private head instead: a ``ParallelLMHead``
+with the target head's vocabulary, padding and TP shard, whose FP8 weight is made from the
+target head's BF16 bytes of this rank (hashed against the checkpoint tensor they were loaded
+from). The target head is not touched: it keeps serving the target, BF16, on its own method;
+its weight is the exact pick's rows (read, never written) and its own GEMM the BF16 path
+(``batch_paths``), so the only memory added is the FP8 copy.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import torch
+from vllm.config import set_current_vllm_config
+from vllm.logger import init_logger
+from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+from draft_head_fp8.checkpoint import tensor_sha256_as
+from draft_head_fp8.errors import HeadFp8EligibilityError
+from draft_head_fp8.evidence.diagnostics import describe_paths
+from draft_head_fp8.evidence.exact_pick import ROWS_FROM_DRAFT, ROWS_FROM_TARGET_HEAD, guarantee
+from draft_head_fp8.families.family import Family, draft_heads
+from draft_head_fp8.policy import env_enabled
+from draft_head_fp8.selection import select_draft_head_method
+from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
+from draft_head_fp8.vllm_plugin.refusal import announce_choices
+
+# Under "vllm." so that vLLM's own logging configuration shows it beside its lines.
+logger = init_logger(f"vllm.{__name__}")
+
+
+def rows_source(family: Family) -> str:
+    """What the exact pick's rows are: the drafter's own, or the target head's weight."""
+    return ROWS_FROM_TARGET_HEAD if family.shares_target_head else ROWS_FROM_DRAFT
+
+
+def references(drafter: torch.nn.Module) -> tuple[tuple[str, Any], ...]:
+    """The drafter's heads before the share: vLLM replaces each of them by the target's."""
+    return draft_heads(drafter)
+
+
+def target_head_of(private: Any) -> Any:
+    return getattr(private.quant_method, "target_head", None)
+
+
+def make_private_head(
+    plan: HeadPlan, vllm_config: Any, drafter: torch.nn.Module, target: Any, shared: Any
+) -> ParallelLMHead:
+    """The private FP8 head for ``shared`` (the target's head), proven against the checkpoint;
+    raises ``HeadFp8EligibilityError`` with the reason when the policy refuses that head."""
+    tied = getattr(shared, "weight", None) is getattr(
+        getattr(getattr(target, "model", None), "embed_tokens", None), "weight", None
+    )
+    with set_current_vllm_config(vllm_config):
+        method, decision = select_draft_head_method(
+            layer=shared,
+            quant_config=fp8_head_quant_config(),
+            role="draft",
+            prefix=shared.prefix,
+            enabled=env_enabled(),
+            ordered_embeddings=False,
+            tie_word_embeddings=tied,
+            head_dtype=shared.weight.dtype,
+            model_dtype=plan.serving_dtype,
+            shared_target_head=True,
+            head_quant_method=type(getattr(shared, "quant_method", None)).__name__,
+        )
+        drafter.head_decision = decision
+        if getattr(shared, "bias", None) is not None:
+            raise HeadFp8EligibilityError(
+                "the target LM head has a bias, which the FP8 draft head does not carry"
+            )
+        head = _like(shared)
+        method.input_dtype = method.out_dtype = plan.serving_dtype
+        indices = head.shard_indices
+        method.checkpoint_source = partial(
+            tensor_sha256_as,
+            plan.checkpoint_dir,
+            shared.weight.dtype,
+            plan.family.head.tensor_for(tied),
+            rows=(indices.org_vocab_start_index, indices.org_vocab_end_index),
+        )
+        method.checkpoint_owner = "target"
+        method.install(
+            head, rescore_k=plan.rescore_k, cpu_kernel=plan.cpu_kernel, bf16_from=plan.bf16_from
+        )
+        method.make_from(head, shared)
+        method.target_head = shared
+    logger.info(
+        "draft-head-fp8: the %s's share of the target head %s is served by a private %s "
+        "(kernel %s, %s layout); %s; %s",
+        plan.family.title,
+        shared.prefix,
+        type(method).__name__,
+        type(method.fp8_linear).__name__,
+        method.weight_layout,
+        guarantee(method.rescore_k, plan.draft_sample_method),
+        describe_paths(method.diagnostics.get("batch_paths") or {}),
+    )
+    announce_choices(method, plan)
+    return head
+
+
+def _like(shared: Any) -> ParallelLMHead:
+    """A ``ParallelLMHead`` laid out exactly as ``shared`` (vocabulary, padding, this rank's
+    shard), built by vLLM's own constructor with its weight on the meta device: nothing is
+    allocated until the FP8 weight replaces it."""
+    with torch.device("meta"):
+        head = ParallelLMHead(
+            shared.num_embeddings,
+            shared.embedding_dim,
+            bias=False,
+            params_dtype=shared.weight.dtype,
+            org_num_embeddings=shared.org_vocab_size,
+            padding_size=shared.padding_size,
+            prefix=shared.prefix,
+            disable_tp=getattr(shared, "disable_tp", False),
+        )
+    if head.shard_indices != shared.shard_indices or head.tp_rank != shared.tp_rank:
+        raise HeadFp8EligibilityError(
+            "the private FP8 head would not hold the target head's rows of this rank "
+            f"({head.shard_indices} != {shared.shard_indices})"
+        )
+    return head

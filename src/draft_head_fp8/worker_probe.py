@@ -1,0 +1,230 @@
+"""Inside each vLLM worker: what the models look like and what the draft head does, for
+``probe`` (the engine process), reached by name through ``LLM.collective_rpc`` as the methods of
+``WorkerProbe`` (vLLM's ``worker_extension_cls``).
+
+What the workers serve is observed with the receipt capture itself (``receipt_for_head``,
+phase ``observed``), so the flag-off run is described in the same words as the archived receipt
+of the flag-on run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+OBSERVED = "observed"
+
+
+def _runner(worker: Any) -> Any:
+    return worker.model_runner
+
+
+def family_of(drafter: Any) -> Any:
+    """The drafter's family: this package's class carries it; a stock one is looked up."""
+    from draft_head_fp8 import families
+
+    family = getattr(drafter, "family", None)
+    if family is not None:
+        return family
+    found = families.by_drafter_class(type(drafter).__name__)
+    if found is None:
+        raise RuntimeError(f"{type(drafter).__name__} is no drafter of a family this package knows")
+    return found[0]
+
+
+def _decision(drafter: Any, family: Any, head: Any) -> Any:
+    """The plugin's decision for this head, or, for a stock drafter, what the policy says."""
+    decision = getattr(drafter, "head_decision", None)
+    if decision is not None:
+        return decision
+    from draft_head_fp8.policy import eligibility, env_enabled
+
+    return eligibility(
+        layer=head,
+        quant_config=getattr(drafter, "quant_config", None),
+        role="draft",
+        prefix=getattr(head, "prefix", "lm_head"),
+        enabled=env_enabled(),
+        **family.policy_inputs(drafter.config),
+    )
+
+
+def observe(worker: Any) -> dict:
+    """What this worker's models look like now: a receipt of the draft head as it serves, the
+    hashes of the target's embedding and head, and whether the plugin touched vLLM at all."""
+    from torch.nn.modules.module import _global_module_registration_hooks
+    from vllm import ModelRegistry
+
+    # Listed before anything below imports more of the package: the flag-off run must show none.
+    plugin_modules = sorted(m for m in sys.modules if m.startswith("draft_head_fp8.vllm_plugin."))
+
+    from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
+    from draft_head_fp8.fp8 import tensor_sha256
+
+    runner = _runner(worker)
+    drafter = runner.drafter.model
+    family = family_of(drafter)
+    modules = family.resolve(drafter, runner.model)
+    architecture = getattr(drafter.config, "architectures", None) or list(family.drafters)
+    entry = ModelRegistry.models.get(architecture[0])
+    receipt = receipt_for_head(
+        modules, decision=_decision(drafter, family, modules.head), phase=OBSERVED
+    )
+    return {
+        "family": family.name,
+        "receipt": receipt,
+        "target_embed_sha256": tensor_sha256(modules.target_embed.weight),
+        "target_head_sha256": tensor_sha256(modules.target_head.weight),
+        "draft_heads": [path for path, _ in modules.draft_heads],
+        "draft_heads_are_target_head": [m is modules.target_head for _, m in modules.draft_heads],
+        # With the flag off these must show that the plugin did nothing at all.
+        "plugin_modules": plugin_modules,
+        "module_registration_hooks": len(_global_module_registration_hooks),
+        "registry_entry": None
+        if entry is None
+        else f"{getattr(entry, 'module_name', '?')}:{getattr(entry, 'class_name', repr(entry))}",
+        "drafter_class": f"{type(drafter).__module__}.{type(drafter).__name__}",
+    }
+
+
+def time_draft_head(worker: Any) -> bool:
+    """Time every draft logits call (the head and its logits processor) where it runs, in the
+    worker: what a user compares between the BF16 and the FP8 head."""
+    import torch
+
+    drafter = _runner(worker).drafter.model
+    served = drafter.compute_logits
+    calls: list[tuple[int, float]] = []  # (rows of hidden states, seconds) per call
+
+    def compute_logits(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
+        cuda = hidden_states.is_cuda
+        if cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        logits = served(hidden_states, *args, **kwargs)
+        if cuda:
+            torch.cuda.synchronize()
+        calls.append((int(hidden_states.shape[0]), time.perf_counter() - started))
+        return logits
+
+    drafter.compute_logits = compute_logits  # instance attribute: this process's probe only
+    drafter._head_calls = calls
+    return True
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def read_head_timing(worker: Any) -> dict | None:
+    """Every draft logits call so far: overall, and by the number of rows (the batch) it served."""
+    calls = getattr(_runner(worker).drafter.model, "_head_calls", None)
+    if not calls:
+        return None
+    seconds = [s for _, s in calls]
+    by_rows: dict[int, list[float]] = {}
+    for rows, s in calls:
+        by_rows.setdefault(rows, []).append(s)
+    return {
+        "calls": len(seconds),
+        "median_s": _median(seconds),
+        "mean_s": sum(seconds) / len(seconds),
+        "total_s": sum(seconds),
+        "by_rows": {
+            str(rows): {"calls": len(values), "median_s": _median(values)}
+            for rows, values in sorted(by_rows.items())
+        },
+    }
+
+
+def bf16_head_rows(family: Any, target_dir: str, assistant_dir: str) -> Any:
+    """The checkpoint's BF16 head, read from the tensor the family names (the target's head, or
+    its embedding where it is tied; the assistant's tied embedding)."""
+    import torch
+    from safetensors import safe_open
+
+    from draft_head_fp8.checkpoint import find_tensor, has_tensor
+    from draft_head_fp8.families.family import DRAFT
+
+    folder = assistant_dir if family.head.folder == DRAFT else target_dir
+    name = family.head.tensor_for(tied=not has_tensor(folder, family.head.tensor))
+    path, _, _ = find_tensor(folder, name)
+    with safe_open(path, framework="pt") as f:
+        return f.get_tensor(name).to(torch.bfloat16)
+
+
+def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> bool:
+    """Next to every draft logits call, compute the BF16 head's logits from the checkpoint's own
+    tensor, as vLLM's BF16 head and logits processor do (float32 sums rounded to BF16, the soft
+    cap and scale in BF16), and count how often the two draft tokens agree."""
+    import torch
+
+    drafter = _runner(worker).drafter.model
+    bf16_head = bf16_head_rows(family_of(drafter), target_dir, assistant_dir)
+    processor = drafter.logits_processor if hasattr(drafter, "logits_processor") else None
+    processor = processor or drafter.model.logits_processor
+    soft_cap = getattr(processor, "soft_cap", None)
+    scale = getattr(processor, "scale", 1.0)
+    rows = max(1, (64 << 20) // (4 * bf16_head.shape[1]))  # 64 MiB of float32 rows at a time
+
+    def bf16_logits(hidden: Any) -> Any:
+        h = hidden.float().cpu()
+        return torch.cat(
+            [h @ bf16_head[i : i + rows].float().t() for i in range(0, len(bf16_head), rows)], -1
+        )
+
+    served = drafter.compute_logits
+    stats = {"steps": 0, "agree": 0}
+
+    def compute_logits(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
+        logits = served(hidden_states, *args, **kwargs)
+        if logits is not None:
+            reference = bf16_logits(hidden_states).to(logits.dtype)
+            if soft_cap is not None:
+                reference = torch.tanh(reference / soft_cap) * soft_cap
+            if scale != 1.0:
+                reference = reference * scale
+            served_logits = logits.cpu()
+            vocab = min(reference.shape[-1], served_logits.shape[-1])
+            same = served_logits[..., :vocab].argmax(-1) == reference[..., :vocab].argmax(-1)
+            stats["steps"] += int(same.numel())
+            stats["agree"] += int(same.sum())
+        return logits
+
+    drafter.compute_logits = compute_logits
+    drafter._draft_agreement = stats
+    return True
+
+
+def read_draft_agreement(worker: Any) -> dict | None:
+    return getattr(_runner(worker).drafter.model, "_draft_agreement", None)
+
+
+def peak_device_bytes(worker: Any) -> int | None:
+    import torch
+
+    return int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None
+
+
+class WorkerProbe:
+    """Mixed into vLLM's worker class (``worker_extension_cls``); ``self`` is the worker."""
+
+    def probe_observe(self) -> dict:
+        return observe(self)
+
+    def probe_watch_draft_agreement(self, target_dir: str, assistant_dir: str) -> bool:
+        return watch_draft_agreement(self, target_dir, assistant_dir)
+
+    def probe_read_draft_agreement(self) -> dict | None:
+        return read_draft_agreement(self)
+
+    def probe_time_draft_head(self) -> bool:
+        return time_draft_head(self)
+
+    def probe_read_head_timing(self) -> dict | None:
+        return read_head_timing(self)
+
+    def probe_peak_device_bytes(self) -> int | None:
+        return peak_device_bytes(self)
