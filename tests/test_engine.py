@@ -229,9 +229,17 @@ def test_the_avx2_kind_serves_the_slow_path_when_asked_and_drafts_exactly(
     assert receipt_verdict(receipt) is None and boot.status == "sealed"
     assert "draft-head-fp8: warning: DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm" in slow.launch.stderr
     # The same draft tokens as the BF16 head's: the exact pick does not depend on the kernel.
-    assert facts["spec_decode"] == tp1_off.facts["spec_decode"]
-    assert facts["texts"] == tp1_off.facts["texts"]
     assert facts["draft_agreement"]["agree"] == facts["draft_agreement"]["steps"] > 100
+    # vLLM's counters against flag off on the same kind: emulated, the AVX2 library also serves
+    # the target with other numerics than this CPU's native run, so the native flag-off run is
+    # not the baseline there.
+    off = None
+    if AVX2_KIND:
+        (tmp_path / "off").mkdir()
+        off = serve(tmp_path / "off", shipped, flag=False, env=AVX2_KIND).facts
+    baseline = off or tp1_off.facts
+    assert facts["spec_decode"] == baseline["spec_decode"]
+    assert facts["texts"] == baseline["texts"]
 
 
 @pytest.mark.parametrize(
