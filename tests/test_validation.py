@@ -342,6 +342,8 @@ ALONE = {
         put("target_embed", None),  # the overlay checked its presence only
         setw("draft_embed", "data_ptr", 8192),
         setw("target_embed", "data_ptr", None),
+        # 1 == True, but no storage is at address `true`.
+        lambda r: (r["draft_embed"].update(data_ptr=1), r["target_embed"].update(data_ptr=True)),
         lambda r: (r["draft_embed"].pop("data_ptr"), r["target_embed"].pop("data_ptr")),
         setw("target_embed", "shape", [H, V]),
         setw("target_embed", "device", "cuda:0"),

@@ -76,7 +76,7 @@ def _embedding_not_one_tensor(r: Mapping, a: tuple[str, ...]) -> bool:
     draft, target = r["draft_embed"], r["target_embed"]
     if not isinstance(draft, Mapping) or not isinstance(target, Mapping):
         return True
-    if not _is_int(draft.get("data_ptr")):
+    if not _is_int(draft.get("data_ptr")) or not _is_int(target.get("data_ptr")):
         return True
     return any(draft.get(fact) != target.get(fact) for fact in _TENSOR_FACTS)
 
