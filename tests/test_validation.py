@@ -1,6 +1,8 @@
 """Fail-closed validation (docs/contract.md, "Validation"): every check, triggered alone from a
 valid receipt with its exact message, their order, and property tests: nothing but
-``HeadFp8EligibilityError`` escapes, and no change to a gated field is accepted.
+``HeadFp8EligibilityError`` escapes, and no change to a gated field is accepted. The consistency
+rows at the end of the table are changes to the overlay's contract, made on purpose; what the
+overlay accepted and they refuse is pinned below.
 """
 
 from __future__ import annotations
@@ -177,6 +179,21 @@ MESSAGES = {
     "target head not FP8": "target LM head was routed to draft FP8 method",
     "target head BF16": "target LM head is not BF16",
     "target head unquantized": "target LM head is not on an unquantized method",
+    # The consistency rows: every field held against the others it must agree with.
+    "phase is post_share": "receipt phase is not post_share",
+    "role is draft": "receipt role is not draft",
+    "reason says eligible": "eligibility reason contradicts eligible",
+    "decision facts eligible": "receipt decision facts contradict eligible",
+    "draft embedding is the target's": "draft and target embedding snapshots are not one tensor",
+    "head storage its own": "head weight storage is an embedding's or the target LM head's",
+    "weight dtype exact": "head weight dtype is not torch.float8_e4m3fn",
+    "draft embedding dtype exact": "draft input embedding dtype is not torch.bfloat16",
+    "target embedding dtype exact": "target input embedding dtype is not torch.bfloat16",
+    "target head dtype exact": "target LM head dtype is not torch.bfloat16",
+    "numel = product of shape": "tensor snapshot numel is not the product of its shape",
+    "positive scalar is one element": (
+        "tensor snapshot says positive scalar but does not hold one element"
+    ),
 }
 
 # check -> mutations that fail that check and nothing before it (from the valid fixture)
@@ -297,6 +314,86 @@ ALONE = {
         put("target_lm_head_method", None),
         put("target_lm_head_method", "unquantizedEmbeddingMethod"),
     ],
+    "phase is post_share": [
+        put("phase", "pre_share"),
+        put("phase", "POST_SHARE"),
+        put("phase", "post_share "),
+        put("phase", None),
+        drop("phase"),
+    ],
+    "role is draft": [put("role", "target"), put("role", None), drop("role")],
+    "reason says eligible": [
+        put("eligibility_reason", "ordered embeddings bypass LogitsProcessor.quant_method.apply"),
+        put("eligibility_reason", ""),
+        put("eligibility_reason", "Eligible"),
+        drop("eligibility_reason"),
+    ],
+    "decision facts eligible": [
+        put("ordered_embeddings", True),
+        put("ordered_embeddings", None),
+        drop("ordered_embeddings"),
+        put("quant_spec", None),
+        put("quant_spec", "fp8_per_tensor_dynamic"),
+        put("prefix", "draft_model.embed_tokens"),
+        put("prefix", None),
+        drop("prefix"),
+    ],
+    "draft embedding is the target's": [
+        put("target_embed", None),  # the overlay checked its presence only
+        setw("draft_embed", "data_ptr", 8192),
+        setw("target_embed", "data_ptr", None),
+        # 1 == True, but no storage is at address `true`.
+        lambda r: (r["draft_embed"].update(data_ptr=1), r["target_embed"].update(data_ptr=True)),
+        lambda r: (r["draft_embed"].pop("data_ptr"), r["target_embed"].pop("data_ptr")),
+        setw("target_embed", "shape", [H, V]),
+        setw("target_embed", "device", "cuda:0"),
+        put("target_embed", "torch.bfloat16"),
+    ],
+    "head storage its own": [
+        setw("head_weight", "data_ptr", 4096),  # where the embeddings start
+        setw("target_lm_head_weight", "data_ptr", 1024),
+        setw("head_weight", "data_ptr", None),
+        lambda r: r["head_weight"].pop("data_ptr"),
+    ],
+    "weight dtype exact": [
+        setw("head_weight", "dtype", "torch.float8_e5m2"),
+        setw("head_weight", "dtype", "TORCH.FLOAT8_E4M3FN"),
+        setw("head_weight", "dtype", "torch.float8_e4m3fnx"),
+        setw("head_weight", "dtype", "torch.float8_e4m3fnuz"),
+        setw("head_weight", "dtype", "float8_e4m3fn"),
+    ],
+    "draft embedding dtype exact": [
+        setw("draft_embed", "dtype", "torch.bfloat16x"),
+        setw("draft_embed", "dtype", "BFloat16"),
+    ],
+    "target embedding dtype exact": [
+        setw("target_embed", "dtype", "torch.float8_e4m3fn"),
+        setw("target_embed", "dtype", ""),
+        setw("target_embed", "dtype", None),
+        setw("target_embed", "dtype", "torch.bfloat16x"),
+    ],
+    "target head dtype exact": [
+        setw("target_lm_head_weight", "dtype", "torch.bfloat16x"),
+        setw("target_lm_head_weight", "dtype", "TORCH.BFLOAT16"),
+    ],
+    "numel = product of shape": [
+        setw("head_weight", "numel", H * V - 1),
+        setw("head_weight", "numel", None),
+        lambda r: r["head_weight"].pop("numel"),
+        setw("head_weight_scale", "numel", 2),
+        setw("head_weight_scale", "numel", True),
+        setw("head_weight_scale", "numel", 1.0),
+        lambda r: (
+            r["draft_embed"].__setitem__("numel", 5),
+            r["target_embed"].__setitem__("numel", 5),
+        ),
+        setw("target_lm_head_weight", "numel", None),
+        setw("target_lm_head_weight", "shape", [V]),
+    ],
+    "positive scalar is one element": [
+        setw("head_weight", "positive_scalar", True),
+        setw("target_lm_head_weight", "positive_scalar", True),
+    ],
 }
 
 ORDER = list(MESSAGES)
@@ -366,20 +463,48 @@ def test_first_failing_check_wins(check):
 def test_accepted_equivalents_pass():
     ok = [
         put("head_method", PACKAGE_METHOD),
-        setw("head_weight", "dtype", "TORCH.FLOAT8_E5M2"),
-        setw("draft_embed", "dtype", "BFloat16"),
         put("head_kernel", "anything truthy"),
         put("head_class", "my.pkg.ParallelLMHead"),
         put("target_lm_head_method", "UnquantizedLinearMethod"),
         put("head_tp_size", 1.0),  # == 1
-        put("target_embed", None),  # only its presence is required
+        put("prefix", "lm_head"),  # the policy reads its last component
+        put("tie_word_embeddings", False),  # a head shared with the target is eligible untied
         drop("schema"),  # not among the checked facts
         drop("draft_embedding_method"),
+        setw("head_weight", "device", "cuda:0"),
+        # Both embeddings elsewhere, together: still one tensor, still not the head's storage.
+        lambda r: (r["draft_embed"].update(data_ptr=8192), r["target_embed"].update(data_ptr=8192)),
+        setw("target_lm_head_weight", "data_ptr", 2048),  # an untied target head, anywhere else
     ]
     for mutate in ok:
         receipt = valid_receipt()
         mutate(receipt)
         assert message_of(receipt) is None
+
+
+# What the overlay accepted and the consistency rows refuse, on purpose (docs/contract.md,
+# "Validation": changes to the overlay's contract).
+OVERLAY_ACCEPTED_NOW_REFUSED = [
+    (setw("head_weight", "dtype", "TORCH.FLOAT8_E5M2"), "weight dtype exact"),
+    (setw("draft_embed", "dtype", "BFloat16"), "draft embedding dtype exact"),
+    (put("target_embed", None), "draft embedding is the target's"),
+    (put("phase", "pre_share"), "phase is post_share"),
+    (drop("phase"), "phase is post_share"),
+    (put("role", "target"), "role is draft"),
+    (put("eligibility_reason", "role is not draft"), "reason says eligible"),
+    (put("ordered_embeddings", True), "decision facts eligible"),
+    (setw("head_weight", "data_ptr", 4096), "head storage its own"),
+    (setw("head_weight", "numel", 7), "numel = product of shape"),
+    (setw("head_weight", "shape", [H, float(V)]), "numel = product of shape"),
+    (setw("head_weight_scale", "shape", [1.0]), "numel = product of shape"),
+]
+
+
+@pytest.mark.parametrize("mutate, label", OVERLAY_ACCEPTED_NOW_REFUSED)
+def test_what_the_overlay_accepted_and_the_contract_now_refuses(mutate, label):
+    receipt = valid_receipt()
+    mutate(receipt)
+    assert message_of(receipt) == MESSAGES[label]
 
 
 def test_accepted_methods_can_narrow():
@@ -517,33 +642,52 @@ def test_deep_nesting_is_refused_by_name():
 # (every other field as in valid_receipt()), the gate of a key is exactly the set of values that the
 # contract's checks reading it accept, written below from the contract's own predicates (identity
 # for `is True`/`is False`, Python `==` for `!=`, substring tests on `str(value).lower()` or
-# `str(value)`, truthiness for "falsy"). "No mutation of a gated field is accepted" then means:
-# validation passes after the change only when the new value is in the gate -- the only values
-# different from the original it can accept are its equivalents under the check itself (1.0 or True
-# for tp size 1, [1024.0, 262144] for the shape, another string still containing "float8" or
-# "bfloat16", still ending with ".ParallelLMHead", another accepted method name, any truthy kernel
-# name) -- and it passes for every such value (validation is no stricter than the contract). Strict
-# gates (eligible, the three alias flags, finite, positive_scalar) admit only the original object
-# (True/False by identity). Ungated keys (schema, phase, eligibility_reason, role, prefix,
-# ordered_embeddings, tie_word_embeddings, quant_spec, head_method_module, draft/target embedding
-# methods, device/numel/data_ptr of snapshots, unknown keys) are never read: anything passes.
-# target_embed is gated on presence only (check 1).
+# `str(value)`, truthiness for "falsy", exact strings and integers for the consistency rows).
+# "No mutation of a gated field is accepted" then means: validation passes after the change only
+# when the new value is in the gate -- the only values different from the original it can accept
+# are its equivalents under the check itself (1.0 or True for tp size 1, another string still
+# ending with ".ParallelLMHead", another accepted method name, any truthy kernel name, another
+# prefix ending in "lm_head") -- and it passes for every such value (validation is no stricter than
+# the contract). Strict gates (eligible, the three alias flags, finite, positive_scalar, the exact
+# dtypes, phase, role, reason) admit only the original. The consistency rows gate fields the
+# overlay never read: phase, role, eligibility_reason, prefix, ordered_embeddings, quant_spec, and
+# numel/data_ptr/shape/device of the snapshots they relate (each embedding must stay the other's
+# tensor, the head's storage its own). Ungated keys (schema, tie_word_embeddings,
+# head_method_module, draft/target embedding methods, device of the head and its scale, data_ptr
+# of the scale, unknown keys) are never read: anything passes.
 
 MISSING = object()
+HEAD_PTR, SHARED_PTR = 1024, 4096
+SHARED = bf16_snapshot(SHARED_PTR)  # the embedding both snapshots describe
 
 
 def _get(snapshot, key):
     return snapshot.get(key) if isinstance(snapshot, Mapping) else None
 
 
+def _is(value, text):
+    return type(value) is str and value == text
+
+
+def _snapshot_ok(s):
+    # numel the product of an all-int shape; positive_scalar only for one element.
+    shape, numel = _get(s, "shape"), _get(s, "numel")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        return False
+    if type(numel) is not int or math.prod(shape) != numel:
+        return False
+    return _get(s, "positive_scalar") is not True or numel == 1
+
+
 def _weight_ok(s):
     return (
         isinstance(s, Mapping)
-        and bool(s)
-        and bool(_get(s, "dtype"))
+        and _is(_get(s, "dtype"), "torch.float8_e4m3fn")
         and _get(s, "finite") is True
         and _get(s, "shape") == [H, V]
-        and "float8" in str(_get(s, "dtype")).lower()
+        and _snapshot_ok(s)
+        and type(_get(s, "data_ptr")) is int
+        and _get(s, "data_ptr") != SHARED_PTR
     )
 
 
@@ -555,6 +699,27 @@ def _scale_ok(s):
         and _get(s, "finite") is True
         and _get(s, "shape") == [1]
         and _get(s, "positive_scalar") is True
+        and _snapshot_ok(s)
+    )
+
+
+def _embedding_ok(s):
+    # The other embedding's snapshot is SHARED: one tensor, so the same facts.
+    facts = ("shape", "numel", "device", "data_ptr")
+    return (
+        isinstance(s, Mapping)
+        and _is(_get(s, "dtype"), "torch.bfloat16")
+        and type(_get(s, "data_ptr")) is int
+        and all(s.get(fact) == SHARED[fact] for fact in facts)
+        and _snapshot_ok(s)
+    )
+
+
+def _target_head_ok(s):
+    return (
+        _is(_get(s, "dtype"), "torch.bfloat16")
+        and _snapshot_ok(s)
+        and _get(s, "data_ptr") != HEAD_PTR
     )
 
 
@@ -579,16 +744,28 @@ GATED = {
     "head_weight_is_draft_embed": lambda v: v is False,
     "head_weight_is_target_embed": lambda v: v is False,
     "draft_embed_weight_is_target_embed": lambda v: v is True,
-    "draft_embed": lambda v: "bfloat16" in str(_get(v, "dtype")).lower(),
-    "target_embed": lambda v: True,  # presence only
-    "target_lm_head_weight": lambda v: "bfloat16" in str(_get(v, "dtype")).lower(),
+    "draft_embed": _embedding_ok,
+    "target_embed": _embedding_ok,
+    "target_lm_head_weight": _target_head_ok,
     "target_lm_head_method": _target_method_ok,
+    "phase": lambda v: _is(v, "post_share"),
+    "role": lambda v: _is(v, "draft"),
+    "eligibility_reason": lambda v: _is(v, "eligible"),
+    "ordered_embeddings": lambda v: v is False,
+    "quant_spec": lambda v: _is(v, "fp8_per_tensor_static"),
+    "prefix": lambda v: type(v) is str and v.rsplit(".", 1)[-1] == "lm_head",
 }
 OPTIONAL_GATED = {  # read with .get(): absence is None, which they refuse
     "draft_config_hidden_size",
     "draft_config_vocab_size",
     "head_partition_hidden_size",
     "head_partition_vocab_size",
+    "phase",
+    "role",
+    "eligibility_reason",
+    "ordered_embeddings",
+    "quant_spec",
+    "prefix",
 }
 
 
@@ -620,6 +797,15 @@ INTERESTING_TEXT = st.sampled_from(
         ".ParallelLMHead",
         "ParallelLMHead",
         "cpu",
+        "torch.float8_e5m2",
+        "TORCH.FLOAT8_E4M3FN",
+        "torch.bfloat16x",
+        "post_share",
+        "pre_share",
+        "draft",
+        "eligible",
+        "lm_head",
+        "fp8_per_tensor_static",
     ]
 )
 LEAVES = (
@@ -655,6 +841,8 @@ NEAR = st.one_of(
             "finite": st.sampled_from([True, False, None, 1, 1.0]),
             "positive_scalar": st.sampled_from([True, False, None, 1]),
             "device": JSON_LIKE,
+            "numel": st.sampled_from([H * V, 1, 0, None, 1.0, True, H]),
+            "data_ptr": st.sampled_from([HEAD_PTR, SHARED_PTR, 2048, 0, None, True]),
         },
     ),
 )

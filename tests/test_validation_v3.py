@@ -1,7 +1,8 @@
 """Receipt v3 (docs/contract.md, "Receipt v3"): the v2 checks in order with their messages, six of
-them read through the weight layout and the tensor-parallel facts, then v3's own; every check
-triggered alone from receipts the real engine wrote (TP 1 packed, TP 2 rank 1), the first failing
-check wins, and nothing but ``HeadFp8EligibilityError`` escapes, whatever the input."""
+them read through the weight layout and the tensor-parallel facts (and the snapshot rows over the
+stored scale too), then v3's own; every check triggered alone from receipts the real engine wrote
+(TP 1 packed, TP 2 rank 1), the first failing check wins, a change inside a snapshot is accepted
+only where it keeps every fact, and nothing but ``HeadFp8EligibilityError`` escapes."""
 
 from __future__ import annotations
 
@@ -46,8 +47,25 @@ MESSAGES = {
     "target head not FP8": "target LM head was routed to draft FP8 method",
     "target head BF16": "target LM head is not BF16",
     "target head unquantized": "target LM head is not on an unquantized method",
+    "phase is post_share": "receipt phase is not post_share",
+    "role is draft": "receipt role is not draft",
+    "reason says eligible": "eligibility reason contradicts eligible",
+    "decision facts eligible": "receipt decision facts contradict eligible",
+    "draft embedding is the target's": "draft and target embedding snapshots are not one tensor",
+    "head storage its own": "head weight storage is an embedding's or the target LM head's",
+    "weight dtype exact": "head weight dtype is not torch.float8_e4m3fn",
+    "draft embedding dtype exact": "draft input embedding dtype is not torch.bfloat16",
+    "target embedding dtype exact": "target input embedding dtype is not torch.bfloat16",
+    "target head dtype exact": "target LM head dtype is not torch.bfloat16",
+    "numel = product of shape": "tensor snapshot numel is not the product of its shape",
+    "positive scalar is one element": (
+        "tensor snapshot says positive scalar but does not hold one element"
+    ),
     "weight layout known": "head weight layout is neither plain nor convert_weight_packed",
     "kernel reads the stored scale": "head kernel scale does not equal the stored per-tensor scale",
+    "kernel scale is the stored scalar": (
+        "head kernel scale facts contradict the stored scale it equals"
+    ),
 }
 ORDER = list(MESSAGES)
 
@@ -116,11 +134,53 @@ ALONE = {
     "target head not FP8": [put("target_lm_head_method", "DraftHeadFp8LinearMethod")],
     "target head BF16": [inner("target_lm_head_weight", "dtype", "torch.float32")],
     "target head unquantized": [put("target_lm_head_method", "Fp8LinearMethod")],
+    "phase is post_share": [put("phase", "pre_share"), put("phase", "observed")],
+    "role is draft": [put("role", "target")],
+    "reason says eligible": [
+        put("eligibility_reason", "ordered embeddings bypass LogitsProcessor.quant_method.apply"),
+        put("eligibility_reason", ""),
+    ],
+    "decision facts eligible": [
+        put("ordered_embeddings", True),
+        put("quant_spec", None),
+        put("prefix", "model.embed_tokens"),
+    ],
+    "draft embedding is the target's": [
+        put("target_embed", None),
+        inner("draft_embed", "data_ptr", 1),
+        inner("target_embed", "shape", [1024, 128]),  # a rank's shard of it, not it
+    ],
+    "head storage its own": [inner("head_weight", "data_ptr", PACKED["draft_embed"]["data_ptr"])],
+    "weight dtype exact": [
+        inner("head_weight", "dtype", "torch.float8_e5m2"),
+        inner("head_weight", "dtype", "TORCH.FLOAT8_E4M3FN"),
+        inner("head_weight", "dtype", "torch.float8_e4m3fnx"),
+    ],
+    "draft embedding dtype exact": [inner("draft_embed", "dtype", "torch.bfloat16x")],
+    "target embedding dtype exact": [
+        inner("target_embed", "dtype", "torch.float8_e4m3fn"),
+        inner("target_embed", "dtype", ""),
+        inner("target_embed", "dtype", None),
+    ],
+    "target head dtype exact": [inner("target_lm_head_weight", "dtype", "torch.bfloat16x")],
+    "numel = product of shape": [
+        inner("head_weight", "numel", None),
+        lambda r: r["head_weight"].pop("numel"),
+        inner("head_weight_scale", "numel", None),
+        inner("head_weight_scale_stored", "numel", 2),  # the snapshot v2 does not have
+        lambda r: r["head_weight_scale_stored"].pop("numel"),
+    ],
+    "positive scalar is one element": [inner("head_weight", "positive_scalar", True)],
     "weight layout known": [put("head_weight_layout", "marlin"), put("head_weight_layout", None)],
     "kernel reads the stored scale": [
         put("head_kernel_scale_equals_stored", False),
         put("head_kernel_scale_equals_stored", None),
         inner("head_weight_scale", "shape", [1]),  # a packed kernel reads [1, k-blocks]
+    ],
+    "kernel scale is the stored scalar": [
+        inner("head_weight_scale", "positive_scalar", False),  # one element, equal to the stored
+        inner("head_weight_scale", "positive_scalar", None),
+        lambda r: r["head_weight_scale"].pop("positive_scalar"),
     ],
 }
 CASES = [(label, i, m) for label, ms in ALONE.items() for i, m in enumerate(ms)]
@@ -204,16 +264,67 @@ def test_any_single_change_is_refused_only_by_name(key, value):
         assert message in MESSAGES.values() or message.startswith("receipt missing ["), message
 
 
+def _keeps_every_fact(key, field, value):
+    """Whether setting ``SHARD[key][field]`` to ``value`` leaves a receipt that proves the same
+    head: only the unchanged value, but where the contract reads less than the value itself."""
+    if field == "dtype" and key != "head_weight":
+        return bool(value)  # a scale's dtype must be recorded; which one, no check says
+    if field == "positive_scalar" and key == "head_weight":
+        return value is not True  # not recorded for a weight; True would claim one element
+    original = SHARD[key].get(field)
+    return json.dumps(value, sort_keys=True) == json.dumps(original, sort_keys=True)
+
+
 @PROPERTY
 @given(
     key=st.sampled_from(["head_weight", "head_weight_scale", "head_weight_scale_stored"]),
     field=st.sampled_from(["dtype", "shape", "finite", "positive_scalar", "numel"]),
-    value=VALUES,
+    value=VALUES | st.sampled_from([True, False, 1, [1], [1, 1], [1024, 64], 65536]),
 )
-def test_any_change_inside_a_snapshot_is_refused_only_by_name(key, field, value):
+def test_any_change_inside_a_snapshot_is_refused_by_name_unless_it_keeps_every_fact(
+    key, field, value
+):
+    # (It once only called the validator: it passed even when a change was accepted, issue 17.)
     receipt = copy.deepcopy(SHARD)
     receipt[key][field] = value
-    message_of(receipt)
+    message = message_of(receipt)
+    assert (message is None) == _keeps_every_fact(key, field, value), (key, field, value, message)
+    assert message is None or message in MESSAGES.values(), message
+
+
+def test_the_snapshot_property_can_fail():
+    # What it would have let through before the consistency rows, each refused now.
+    for key, field, value in [
+        ("head_weight", "dtype", "torch.float8_e5m2"),
+        ("head_weight", "numel", None),
+        ("head_weight_scale", "positive_scalar", False),
+        ("head_weight_scale_stored", "numel", 2),
+    ]:
+        assert not _keeps_every_fact(key, field, value)
+        receipt = copy.deepcopy(SHARD)
+        receipt[key][field] = value
+        assert message_of(receipt) is not None, (key, field, value)
+
+
+def wide_packed_head():
+    """PACKED at hidden 1024, as a real packed head wider than one K block is recorded: the kernel
+    reads a [1, 8] block scale, every entry the stored scale, so not one positive scalar."""
+    receipt = copy.deepcopy(PACKED)
+    receipt["draft_config_hidden_size"] = receipt["head_partition_hidden_size"] = 1024
+    receipt["head_expected_weight_shape"] = receipt["head_weight_logical_shape"] = [1024, 2048]
+    receipt["head_weight"].update(shape=[2048, 1024], numel=2048 * 1024)
+    receipt["head_weight_scale"].update(shape=[1, 8], numel=8, positive_scalar=False)
+    return receipt
+
+
+def test_a_packed_head_wider_than_one_k_block_stays_valid():
+    receipt = wide_packed_head()
+    assert schemas.errors("runtime-receipt-v3", receipt) == []
+    assert message_of(receipt) is None
+    receipt["head_weight_scale"]["positive_scalar"] = True  # eight elements are not one
+    assert message_of(receipt) == MESSAGES["positive scalar is one element"]
+    receipt["head_weight_scale"]["positive_scalar"] = None  # unread: nothing proves the entries
+    assert message_of(receipt) == MESSAGES["kernel scale is the stored scalar"]
 
 
 @PROPERTY

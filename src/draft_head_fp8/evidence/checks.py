@@ -1,10 +1,11 @@
 """The post-share checks: fail-closed validation of a runtime receipt, and the per-check report.
 
-One table per receipt version (v2; v3 reads six of v2's checks through the weight layout and the
-tensor-parallel facts, then adds its own) serves both the gate (``validate_post_share_receipt``:
-the first failing check raises its message) and the report people read (``check_results``:
-every check by label with its verdict). Labels, order and messages are the contract
-(docs/contract.md); tests name checks by label, never by position.
+One table per receipt version (v2, then its consistency rows from ``evidence.consistency``; v3
+reads six of v2's checks through the weight layout and the tensor-parallel facts, and the
+snapshot rows over its stored scale too, then adds its own) serves both the gate
+(``validate_post_share_receipt``: the first failing check raises its message) and the report
+people read (``check_results``: every check by label with its verdict). Labels, order and
+messages are the contract (docs/contract.md); tests name checks by label, never by position.
 
 Whatever it is given, validation raises nothing but ``HeadFp8EligibilityError``.
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from draft_head_fp8.evidence import RECEIPT_V3
+from draft_head_fp8.evidence import RECEIPT_V3, consistency
 from draft_head_fp8.evidence.receipt_v3 import V3_KEYS
 from draft_head_fp8.layouts import LAYOUT_PLAIN, LAYOUTS, kernel_scale_shape, logical_shape
 from draft_head_fp8.policy import EXPECTED_METHOD, HeadFp8EligibilityError
@@ -174,7 +175,7 @@ V2_CHECKS: tuple[Check, ...] = (
         "target LM head is not on an unquantized method",
         lambda r, a: "Unquantized" not in str(r["target_lm_head_method"]),
     ),
-)
+) + tuple(Check(*row) for row in consistency.V2_ROWS)
 
 
 # ---------------------------------------------------------------- v3: read through layout and TP
@@ -277,6 +278,8 @@ _V3_READINGS: dict[str, Check] = {
         "processed head shape does not match [hidden, vocab] logical shape",
         _v3_shape,
     ),
+    # v3 has one snapshot more, the stored scale.
+    **{label: Check(label, *rest) for label, *rest in consistency.V3_ROWS},
 }
 V3_CHECKS: tuple[Check, ...] = tuple(_V3_READINGS.get(c.label, c) for c in V2_CHECKS) + (
     Check(
@@ -289,6 +292,7 @@ V3_CHECKS: tuple[Check, ...] = tuple(_V3_READINGS.get(c.label, c) for c in V2_CH
         "head kernel scale does not equal the stored per-tensor scale",
         _kernel_scale_not_stored,
     ),
+    Check(*consistency.V3_KERNEL_SCALE),
 )
 
 

@@ -18,13 +18,11 @@ RECEIPT_SCHEMAS = {RECEIPT_V2: schemas.RECEIPT_V2, RECEIPT_V3: schemas.RECEIPT_V
 
 def receipt_verdict(document: Any) -> str | None:
     """None when the document is a valid post-share receipt, else the first reason it is not."""
-    if isinstance(document, dict) and document.get("schema") not in RECEIPT_SCHEMAS:
+    schema = _schema(document)
+    if isinstance(document, dict) and schema is None:
         known = " or ".join(repr(s) for s in RECEIPT_SCHEMAS)
         return f"schema {document.get('schema')!r} is not {known}"
-    schema_file = RECEIPT_SCHEMAS.get(
-        document.get("schema") if isinstance(document, dict) else None
-    )
-    problems = schemas.errors(schema_file or schemas.RECEIPT_V2, document)
+    problems = schemas.errors(RECEIPT_SCHEMAS.get(schema, schemas.RECEIPT_V2), document)
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         return f"does not match the {_version(document)} receipt schema: {problems[0]}{more}"
@@ -35,6 +33,12 @@ def receipt_verdict(document: Any) -> str | None:
     return None
 
 
-def _version(document: Any) -> str:
+def _schema(document: Any) -> str | None:
+    # Only a string can name a schema: a list or a dict under "schema" is not even hashable.
     schema = document.get("schema") if isinstance(document, dict) else None
-    return str(schema).rsplit("/", 1)[-1] if schema in RECEIPT_SCHEMAS else "v2"
+    return schema if type(schema) is str and schema in RECEIPT_SCHEMAS else None
+
+
+def _version(document: Any) -> str:
+    schema = _schema(document)
+    return schema.rsplit("/", 1)[-1] if schema else "v2"
