@@ -1,0 +1,76 @@
+"""Llama EAGLE-1 drafters: a separate draft folder holding one decoder layer and ``fc`` (the
+fusion of the token embedding with the target's hidden state), and no head of its own: the
+draft reads the target's ``lm_head`` on every draft token.
+
+- vLLM: ``EagleLlamaForCausalLM`` (``model_executor/models/llama_eagle.py``), run with
+  ``speculative_config={"method": "eagle", "model": <draft>}``; vLLM's ``EAGLEConfig`` names the
+  draft's ``LlamaForCausalLM`` architecture ``EagleLlamaForCausalLM``.
+- The head's bytes: the target's ``lm_head.weight`` (``model.embed_tokens.weight`` where the
+  target ties its head), in the target's folder. They reach the drafter only at the share
+  (``_maybe_share_lm_head`` assigns the target's ``ParallelLMHead`` to ``drafter.lm_head``), so
+  the private FP8 head is made there, from this rank's rows of the target's head.
+- The share the plugin sees: ``lm_head`` registered on the drafter. It hands back the private
+  FP8 head; the target's head keeps serving the target, BF16, untouched.
+- Recognised by its weights: a Llama config is an EAGLE-1 draft when its folder holds ``fc``.
+- A draft with a head of its own is outside this family: vLLM 0.32's EAGLE Llama builds no
+  ``lm_head`` module to load it into, so such a checkpoint does not start with or without the
+  flag; EAGLE-3 drafts (own vocabulary) are another vLLM class, never wrapped here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from draft_head_fp8.families.family import (
+    AT_SHARE,
+    DRAFT,
+    TARGET,
+    Family,
+    HeadSource,
+    top_value,
+)
+
+FUSION_TENSOR = "fc.weight"
+
+
+def recognise(config: Any, folder: Path) -> bool:
+    from draft_head_fp8.checkpoint import has_tensor
+
+    return has_tensor(folder, FUSION_TENSOR)
+
+
+def policy_inputs(config: Any) -> dict[str, Any]:
+    return {
+        "ordered_embeddings": False,
+        # The head is the target's: whether the target ties it decides only which checkpoint
+        # tensor its bytes are hashed against (HeadSource.tied_tensor).
+        "tie_word_embeddings": bool(top_value(config, "tie_word_embeddings", False)),
+        "shared_target_head": True,
+        "draft_vocab_size": top_value(config, "draft_vocab_size"),
+        "vocab_size": top_value(config, "vocab_size"),
+    }
+
+
+FAMILY = Family(
+    name="llama-eagle1",
+    title="Llama EAGLE-1 draft",
+    drafters={
+        "EagleLlamaForCausalLM": "vllm.model_executor.models.llama_eagle:EagleLlamaForCausalLM"
+    },
+    speculative_method="eagle",
+    config_from=DRAFT,
+    model_types=("llama",),
+    hf_architectures=("LlamaForCausalLM", "EagleLlamaForCausalLM"),
+    target_model_types=("llama",),
+    head=HeadSource(
+        folder=TARGET,
+        tensor="lm_head.weight",
+        when=AT_SHARE,
+        tied_tensor="model.embed_tokens.weight",
+    ),
+    share="lm_head",
+    tiny="draft_head_fp8.tiny.llama_eagle1",
+    policy_inputs=policy_inputs,
+    recognise=recognise,
+)

@@ -1,0 +1,88 @@
+"""Tiny real Llama EAGLE-1 checkpoints (family ``llama-eagle1``): a Llama target with an untied
+head, and an EAGLE-1 draft folder holding one decoder layer and ``fc`` and nothing else (no
+embedding, no head: vLLM shares both from the target), bf16 safetensors plus a tokenizer trained
+here, built in seconds and without any network. Random weights.
+
+The draft is saved as transformers writes a one-layer ``LlamaForCausalLM``, then cut to what
+vLLM's ``EagleLlamaForCausalLM.load_weights`` reads: ``layers.0.*`` (no input norm) and
+``fc.weight`` (``[hidden, 2 * hidden]``: the embedding and the target's hidden state, joined).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from draft_head_fp8.tiny.common import (
+    Randoms,
+    TinyPair,
+    empty_folder,
+    rewrite_weights,
+    save_model,
+    train_tokenizer,
+    update_config,
+)
+
+VOCAB = 2048
+HIDDEN = 128
+VARIANTS = {
+    "tied_target": "a target whose head is tied to its embedding (served: hashed against it)",
+}
+
+
+def config(layers: int, *, tied: bool = False):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=256,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=512,
+        tie_word_embeddings=tied,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        architectures=["LlamaForCausalLM"],
+    )
+
+
+def _draft_tensors(seed: int):
+    rand = Randoms(seed)
+
+    def edit(tensors: dict) -> dict:
+        # EAGLE-1's first layer takes the fused input as it is: vLLM builds it without an input
+        # norm, and refuses a checkpoint that has one.
+        kept = {
+            k.removeprefix("model."): v
+            for k, v in tensors.items()
+            if ".layers.0." in k and "input_layernorm" not in k
+        }
+        kept["fc.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
+        return kept
+
+    return edit
+
+
+def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:
+    """Write ``out/target`` and ``out/assistant`` (the EAGLE draft). Refuses folders with files."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    out = Path(out)
+    pair = TinyPair(target=out / "target", assistant=out / "assistant")
+    for folder in (pair.target, pair.assistant):
+        empty_folder(folder)
+    torch.manual_seed(seed)
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
+        tok_dir = Path(scratch) / "tokenizer"
+        train_tokenizer(tok_dir, VOCAB)
+        save_model(LlamaForCausalLM(config(2, tied=tied_target)), tok_dir, pair.target)
+        save_model(LlamaForCausalLM(config(1)), tok_dir, pair.assistant)
+    rewrite_weights(pair.assistant, _draft_tensors(seed))
+    update_config(pair.assistant, tie_word_embeddings=False)
+    return pair

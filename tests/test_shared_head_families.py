@@ -1,0 +1,158 @@
+"""The real vLLM engine (CPU build) on each drafter family whose head is the target's (MTP and
+EAGLE-1 drafters): tiny real checkpoints built with transformers, flag off and flag on, once per
+family per session; every assertion below reads those two runs.
+
+With the flag the drafter's every reference to the head must be a private FP8 head made from the
+target head's BF16 bytes of this rank, the exact pick must rescore from the target head's own
+rows, and the target head must keep serving the target, BF16, its bytes never written. Random
+weights accept few drafts, so "counters identical" is backed by the stronger fact: every draft
+token of the flag-on run is the BF16 head's (the worker recomputes each from the checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from engine_support import FP8_EVERYWHERE, KERNEL, W8A16, serve, stored_shape, tree
+
+from draft_head_fp8.archive import Archive
+from draft_head_fp8.checkpoint import has_tensor, tensor_bytes_sha256
+from draft_head_fp8.evidence import diagnostics_path, receipt_path
+from draft_head_fp8.evidence.verdict import receipt_verdict
+from draft_head_fp8.families import all_families
+from draft_head_fp8.families.family import TARGET
+from draft_head_fp8.tiny import build
+
+pytestmark = pytest.mark.engine
+SHARED = [f for f in all_families() if f.shares_target_head]
+
+
+class Runs:
+    def __init__(self, family, pair, off, on) -> None:
+        self.family, self.pair, self.off, self.on = family, pair, off, on
+
+    def archived(self) -> tuple:
+        boots = Archive(self.on.archive).boots()
+        assert len(boots) == 1, boots
+        boot = boots[0]
+        receipt = json.loads(boot.read_bytes(receipt_path(0)))
+        return boot, receipt, json.loads(boot.read_bytes(diagnostics_path(0)))
+
+    def head_tensor(self) -> str:
+        """The checkpoint tensor the target head's bytes come from (its embedding if tied)."""
+        head = self.family.head
+        return head.tensor_for(tied=not has_tensor(self.pair.target, head.tensor))
+
+
+@pytest.fixture(scope="module", params=[f.name for f in SHARED])
+def runs(request, tmp_path_factory):
+    family = next(f for f in SHARED if f.name == request.param)
+    root = tmp_path_factory.mktemp(family.name)
+    pair = build(family.name, root / "pair")
+    (root / "off").mkdir(), (root / "on").mkdir()
+    off = serve(root / "off", pair, flag=False)
+    on = serve(root / "on", pair, flag=True, env=FP8_EVERYWHERE)
+    assert off.launch.ok, off.launch.tail(40)
+    assert on.launch.ok, on.launch.tail(40)
+    return Runs(family, pair, off, on)
+
+
+def test_every_draft_token_is_the_bf16_heads_and_vllm_counts_the_same(runs):
+    off, on = runs.off.facts, runs.on.facts
+    agreement = on["draft_agreement"]
+    assert agreement["steps"] > 50 and agreement["agree"] == agreement["steps"]
+    assert on["spec_decode"] == off["spec_decode"]
+    assert on["spec_decode"]["num_draft_tokens"] > 50
+    assert on["texts"] == off["texts"] and on["token_ids"] == off["token_ids"]
+
+
+def test_a_private_fp8_head_serves_every_drafter_reference(runs):
+    on = runs.on.facts["after_start"]
+    assert on["family"] == runs.family.name
+    vllm_class = next(iter(runs.family.drafters.values())).rsplit(":", 1)[-1]
+    assert on["registry_entry"].endswith(f":DraftHeadFp8{vllm_class}")
+    # Every head reference of the drafter is the private head, none is the target's.
+    assert on["draft_heads"] and not any(on["draft_heads_are_target_head"])
+    off = runs.off.facts["after_start"]
+    assert off["plugin_modules"] == [] and all(off["draft_heads_are_target_head"])
+    receipt = on["receipt"]
+    assert receipt["head_method"] == "DraftHeadFp8LinearMethod"
+    assert receipt["head_kernel"] == KERNEL
+    assert receipt["head_weight"]["dtype"] == "torch.float8_e4m3fn"
+    hidden, vocab = receipt["draft_config_hidden_size"], receipt["draft_config_vocab_size"]
+    assert receipt["head_weight"]["shape"] == stored_shape(hidden, vocab)
+    assert receipt["head_weight_is_draft_embed"] is False
+    assert receipt["head_weight_is_target_embed"] is False
+    assert receipt["head_weight"]["data_ptr"] != receipt["target_lm_head_weight"]["data_ptr"]
+
+
+def test_the_target_head_keeps_serving_bf16_and_is_never_written(runs):
+    on = runs.on.facts
+    receipt = on["after_start"]["receipt"]
+    assert receipt["target_lm_head_method"] == "UnquantizedEmbeddingMethod"
+    assert receipt["target_lm_head_weight"]["dtype"] == "torch.bfloat16"
+    checkpoint = tensor_bytes_sha256(runs.pair.target, runs.head_tensor())["sha256"]
+    assert on["after_start"]["target_head_sha256"] == checkpoint
+    assert on["after_generate"]["target_head_sha256"] == checkpoint
+    assert runs.off.facts["after_start"]["target_head_sha256"] == checkpoint
+    assert on["after_generate"]["receipt"] == receipt  # nothing changed while serving
+
+
+def test_the_proof_is_archived_and_the_pick_reads_the_target_heads_rows(runs):
+    boot, receipt, diagnostics = runs.archived()
+    assert boot.status == "sealed" and Archive(runs.on.archive).verify().ok
+    assert receipt_verdict(receipt) is None
+    assert receipt["schema"] == (
+        "draft-head-fp8-runtime-receipt/v3" if W8A16 else "draft-head-fp8-runtime-receipt/v2"
+    )
+    assert {**runs.on.facts["after_start"]["receipt"], "phase": "post_share"} == receipt
+    assert diagnostics["family"] == runs.family.name
+    head = diagnostics["head"]
+    assert head["provenance_verified"] is True
+    assert head["checkpoint"]["tensor"] == runs.head_tensor()
+    assert (
+        head["source_sha256"] == tensor_bytes_sha256(runs.pair.target, runs.head_tensor())["sha256"]
+    )
+    pick = diagnostics["exact_pick"]
+    # The rows rescored from are the target head's own weight: no BF16 copy was added.
+    assert pick["rows_source"] == "target_lm_head" and pick["rows_is_target_lm_head"] is True
+    assert pick["rows"]["data_ptr"] == receipt["target_lm_head_weight"]["data_ptr"]
+    assert pick["rows_sha256_equals_checkpoint"] is True
+    assert runs.family.head.folder == TARGET
+
+
+# The target's head, changed by one value after vLLM loaded it: what the drafter would be handed
+# is not the checkpoint's head. Planted in every process of the engine at interpreter start.
+PLANT = textwrap.dedent(
+    """
+    import torch
+    from vllm.model_executor.models import llama
+
+    loaded = llama.LlamaForCausalLM.load_weights
+
+    def load_weights(self, weights):
+        names = loaded(self, weights)
+        if type(self) is llama.LlamaForCausalLM:
+            with torch.no_grad():
+                self.lm_head.weight[7, 3] += 1.0
+        return names
+
+    llama.LlamaForCausalLM.load_weights = load_weights
+    """
+)
+
+
+def test_a_target_head_that_is_not_its_checkpoints_is_refused(tmp_path):
+    pair = build("llama-eagle1", tmp_path / "pair", seed=4)
+    plant = tmp_path / "plant"
+    plant.mkdir()
+    (plant / "sitecustomize.py").write_text(PLANT)
+    run = serve(tmp_path, pair, flag=True, env={"PYTHONPATH": str(plant)}).launch
+    assert run.returncode != 0 and run.facts is None
+    lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
+    assert lines and "draft head bytes do not match the target checkpoint's" in lines[0], (
+        run.stderr[-3000:]
+    )
+    assert not any("receipt" in p for p in tree(tmp_path / "archive"))
