@@ -66,8 +66,10 @@ def observe(worker: Any) -> dict:
     drafter = runner.drafter.model
     family = family_of(drafter)
     modules = family.resolve(drafter, runner.model)
-    architecture = getattr(drafter.config, "architectures", None) or list(family.drafters)
-    entry = ModelRegistry.models.get(architecture[0])
+    # The drafter's vLLM architecture; an MTP drafter's config may still name its target's.
+    named = getattr(drafter.config, "architectures", None) or []
+    architecture = next((a for a in named if a in family.drafters), next(iter(family.drafters)))
+    entry = ModelRegistry.models.get(architecture)
     receipt = receipt_for_head(
         modules, decision=_decision(drafter, family, modules.head), phase=OBSERVED
     )

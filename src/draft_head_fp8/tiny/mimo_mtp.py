@@ -1,0 +1,89 @@
+"""Tiny real MiMo checkpoints with one MTP layer (family ``mimo-mtp``): one folder, the target
+and its MTP layer together, as MiMo ships them; bf16 safetensors plus a tokenizer trained here,
+built in seconds and without any network. Random weights.
+
+transformers has no MiMo class: the target is saved as a ``Qwen2ForCausalLM`` (MiMo's body is
+Qwen2's) and named ``MiMoForCausalLM``; the MTP layer is a second Qwen2 decoder layer moved to
+``model.mtp_layers.0.*`` (the names vLLM's ``MiMoMTP.load_weights`` maps onto its
+``mtp_block``), with the glue MiMo adds around it: ``token_layernorm``, ``hidden_layernorm``,
+``input_proj`` (``[hidden, 2 * hidden]``) and ``final_layernorm``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from draft_head_fp8.tiny.common import (
+    Randoms,
+    TinyPair,
+    empty_folder,
+    move_layer,
+    rewrite_weights,
+    save_model,
+    train_tokenizer,
+    update_config,
+)
+
+VOCAB = 2048
+HIDDEN = 128
+LAYERS = 2  # the target's; the MTP layer is saved as one more and moved
+VARIANTS = {
+    "tied_target": "a target whose head is tied to its embedding (served: hashed against it)",
+}
+
+
+def config(*, tied: bool):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=256,
+        num_hidden_layers=LAYERS + 1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        tie_word_embeddings=tied,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
+
+
+def _mtp_glue(seed: int):
+    rand = Randoms(seed)
+
+    def edit(tensors: dict) -> dict:
+        moved = move_layer(tensors, f"model.layers.{LAYERS}.", "model.mtp_layers.0.")
+        mtp = "model.mtp_layers.0."
+        for norm in ("token_layernorm", "hidden_layernorm", "final_layernorm"):
+            moved[f"{mtp}{norm}.weight"] = rand.ones(HIDDEN)
+        moved[f"{mtp}input_proj.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
+        return moved
+
+    return edit
+
+
+def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:
+    """Write ``out/target`` (the target with its MTP layer). Refuses a folder with files."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    out = Path(out)
+    target = empty_folder(out / "target")
+    torch.manual_seed(seed)
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
+        tok_dir = Path(scratch) / "tokenizer"
+        train_tokenizer(tok_dir, VOCAB)
+        save_model(Qwen2ForCausalLM(config(tied=tied_target)), tok_dir, target)
+    rewrite_weights(target, _mtp_glue(seed))
+    update_config(
+        target,
+        architectures=["MiMoForCausalLM"],
+        num_hidden_layers=LAYERS,
+        layer_types=["full_attention"] * LAYERS,  # transformers checks it against the count
+        num_nextn_predict_layers=1,
+    )
+    return TinyPair(target=target, assistant=target)
