@@ -152,7 +152,7 @@ def test_expert_weights_without_routing_config_say_what_is_missing(moe_pair, tmp
     config = json.loads((target / "config.json").read_text())
     del config["text_config"]["top_k_experts"]
     (target / "config.json").write_text(json.dumps(config))
-    with pytest.raises(estimate.EstimateError, match="num_experts/top_k_experts"):
+    with pytest.raises(estimate.EstimateError, match="top_k_experts or num_experts_per_tok"):
         estimate.step_bytes(target, helper, speculative_tokens=2, batch=1, rescore_k=4)
 
 
@@ -202,3 +202,18 @@ def test_the_command_says_what_the_estimate_lacks(dense_pair, tmp_path):
     assert proc.returncode == 2
     assert "cannot estimate:" in proc.stderr and "no .safetensors files" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_mtp_layers_inside_the_target_are_the_drafts_body_not_the_targets(tmp_path):
+    from draft_head_fp8.tiny import build
+
+    pair = build("mimo-mtp", tmp_path / "mimo")
+    step = estimate.step_bytes(pair.target, pair.target, speculative_tokens=2, batch=1, rescore_k=8)
+    weights = estimate.read_weights(pair.target)
+    mtp = sum(v for k, v in weights.dense.items() if k.startswith("model.mtp_layers."))
+    assert mtp > 0 and step.draft_body == 2 * mtp  # the MTP layer, per draft token
+    # The target reads everything else (untied: its input embedding is only gathered).
+    rest = sum(v for k, v in weights.dense.items() if not k.startswith("model.mtp_layers."))
+    assert step.target == rest
+    hidden, vocab = 128, 2048
+    assert step.draft_head_bf16 == 2 * hidden * vocab * 2  # the target's head, per draft token

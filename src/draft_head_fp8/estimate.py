@@ -11,8 +11,10 @@ One decode step with N speculative tokens at batch B:
   of each MoE layer only the experts those tokens are routed to (expected distinct experts under
   uniform routing: E x (1 - (1 - k/E)^tokens));
 - the draft runs N times at batch B: its body (everything but its embedding, which after the share
-  is the target's and is only gathered) and its head: vocab x hidden x 2 bytes in BF16, x 1 in FP8
-  (+ a 4-byte scale), + B x k x hidden x 2 for exact rescoring of k candidates.
+  is the target's and is only gathered; MTP layers shipped inside the target's checkpoint count
+  here, not in the target; of an MoE draft layer, the experts B tokens touch) and its head:
+  vocab x hidden x 2 bytes in BF16, x 1 in FP8 (+ a 4-byte scale), + B x k x hidden x 2 for
+  exact rescoring of k candidates.
 Vision and audio towers are not read while decoding text. Weights are served in BF16 (vLLM casts
 F32/F16 on load); quantized checkpoint tensors count at their stored size.
 """
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from draft_head_fp8 import families
 from draft_head_fp8.checkpoint import CheckpointError, read_config, read_header, safetensors_files
 
 H200_GBPS = 4800.0
@@ -112,6 +116,29 @@ class StepBytes:
         return self.target + self.draft_body + self.draft_head_fp8
 
 
+def _first(text: dict, names: tuple[str, ...]) -> object:
+    return next((text[n] for n in names if text.get(n) is not None), None)
+
+
+def routed_bytes(config: dict, weights: Weights, tokens: int, who: str) -> tuple[float, str]:
+    """The expert bytes ``tokens`` tokens read, and a note saying so."""
+    text = _text(config)
+    # Each model family names these fields its own way (Gemma 4, Qwen, DeepSeek / GLM).
+    experts = _first(text, ("num_experts", "n_routed_experts"))
+    top_k = _first(text, ("top_k_experts", "num_experts_per_tok"))
+    if not isinstance(experts, int) or not isinstance(top_k, int) or experts <= 0:
+        raise EstimateError(
+            f"the {who} has expert weights but its config lacks the expert count (num_experts "
+            "or n_routed_experts) or the top-k (top_k_experts or num_experts_per_tok)"
+        )
+    touched = min(float(experts), expected_experts(experts, top_k, tokens))
+    note = (
+        f"MoE {who}: {touched:.1f} of {experts} experts per layer touched by {tokens} "
+        f"token(s) (top-{top_k}, uniform routing)"
+    )
+    return sum(weights.experts.values()) * touched / experts, note
+
+
 def target_step_bytes(config: dict, weights: Weights, tokens: int) -> tuple[float, list[str]]:
     text = _text(config)
     notes = []
@@ -120,18 +147,20 @@ def target_step_bytes(config: dict, weights: Weights, tokens: int) -> tuple[floa
     if tied:
         total += sum(weights.embedding.values())  # the tied head reads the whole table
     if weights.experts:
-        experts, top_k = text.get("num_experts"), text.get("top_k_experts")
-        if not isinstance(experts, int) or not isinstance(top_k, int) or experts <= 0:
-            raise EstimateError(
-                "the target has expert weights but its config lacks num_experts/top_k_experts"
-            )
-        touched = min(float(experts), expected_experts(experts, top_k, tokens))
-        total += sum(weights.experts.values()) * touched / experts
-        notes.append(
-            f"MoE target: {touched:.1f} of {experts} experts per layer touched by {tokens} "
-            f"token(s) (top-{top_k}, uniform routing)"
-        )
+        routed, note = routed_bytes(config, weights, tokens, "target")
+        total += routed
+        notes.append(note)
     return total, notes
+
+
+def split_draft(weights: Weights, prefixes: tuple[str, ...]) -> tuple[Weights, Weights]:
+    """(target, draft) of a checkpoint that holds both, the draft's tensors by name prefix."""
+    target, draft = Weights(), Weights()
+    for role in ("dense", "experts", "embedding", "gathered", "skipped"):
+        for name, size in getattr(weights, role).items():
+            side = draft if name.startswith(prefixes) else target
+            getattr(side, role)[name] = size
+    return target, draft
 
 
 def step_bytes(
@@ -148,11 +177,21 @@ def step_bytes(
     missing = [n for n, v in (("hidden_size", hidden), ("vocab_size", vocab)) if not v]
     if missing:
         raise EstimateError(f"{assistant_dir}: config lacks {' and '.join(missing)}")
+    family = families.for_config(assistant_config, Path(assistant_dir))
+    target_weights = read_weights(target_dir)
+    if family is not None and family.draft_prefixes:
+        # MTP layers ship inside the target's checkpoint: theirs is the draft's body.
+        target_weights, draft = split_draft(target_weights, family.draft_prefixes)
+    else:
+        draft = read_weights(assistant_dir)
     target, notes = target_step_bytes(
-        target_config, read_weights(target_dir), batch * (speculative_tokens + 1)
+        target_config, target_weights, batch * (speculative_tokens + 1)
     )
-    draft = read_weights(assistant_dir)
-    body = float(sum(draft.dense.values()) + sum(draft.experts.values()))
+    body = float(sum(draft.dense.values()))
+    if draft.experts:
+        routed, note = routed_bytes(assistant_config, draft, batch, "draft")
+        body += routed
+        notes.append(note)
     head_bf16 = hidden * vocab * 2
     head_fp8 = hidden * vocab + 4 + batch * rescore_k * hidden * 2
     n = speculative_tokens

@@ -51,4 +51,5 @@ FAMILY = Family(
     tiny="draft_head_fp8.tiny.mimo_mtp",
     policy_inputs=policy_inputs,
     refusal=refusal,
+    draft_prefixes=("model.mtp_layers.",),
 )
