@@ -217,3 +217,17 @@ def test_mtp_layers_inside_the_target_are_the_drafts_body_not_the_targets(tmp_pa
     assert step.target == rest
     hidden, vocab = 128, 2048
     assert step.draft_head_bf16 == 2 * hidden * vocab * 2  # the target's head, per draft token
+
+
+def test_an_mtp_layers_copy_of_the_head_is_counted_once_as_the_draft_head(tmp_path):
+    from draft_head_fp8.tiny import build
+
+    pair = build("deepseek-v3-mtp", tmp_path / "ds")
+    step = estimate.step_bytes(pair.target, pair.target, speculative_tokens=1, batch=1, rescore_k=8)
+    weights = estimate.read_weights(pair.target)
+    assert "model.layers.2.shared_head.head.weight" in weights.skipped
+    body = sum(v for k, v in weights.dense.items() if k.startswith("model.layers.2."))
+    experts = sum(v for k, v in weights.experts.items() if k.startswith("model.layers.2."))
+    # One token routes to top-2 of 4 experts: half the MTP layer's expert bytes.
+    assert step.draft_body == body + experts / 2
+    assert step.draft_head_bf16 == 128 * 2048 * 2

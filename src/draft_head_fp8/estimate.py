@@ -79,6 +79,10 @@ def read_weights(model_dir: str | os.PathLike) -> Weights:
             size = _served_bytes(entry, name)
             if any(part in name for part in _NOT_DECODE):
                 weights.skipped[name] = size
+            elif name.endswith("shared_head.head.weight"):
+                # An MTP layer's copy of the target's head: vLLM replaces it by the target's
+                # head at the share, so it is read as the draft head, counted there.
+                weights.skipped[name] = size
             elif "embed_tokens_per_layer" in name:
                 weights.gathered[name] = size
             elif name.endswith("embed_tokens.weight"):
@@ -179,9 +183,10 @@ def step_bytes(
         raise EstimateError(f"{assistant_dir}: config lacks {' and '.join(missing)}")
     family = families.for_config(assistant_config, Path(assistant_dir))
     target_weights = read_weights(target_dir)
-    if family is not None and family.draft_prefixes:
+    if family is not None and family.draft_prefixes is not None:
         # MTP layers ship inside the target's checkpoint: theirs is the draft's body.
-        target_weights, draft = split_draft(target_weights, family.draft_prefixes)
+        prefixes = family.draft_prefixes(target_config)
+        target_weights, draft = split_draft(target_weights, prefixes)
     else:
         draft = read_weights(assistant_dir)
     target, notes = target_step_bytes(

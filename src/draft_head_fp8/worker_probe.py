@@ -159,8 +159,9 @@ def bf16_head_rows(family: Any, target_dir: str, assistant_dir: str) -> Any:
 
 def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> bool:
     """Next to every draft logits call, compute the BF16 head's logits from the checkpoint's own
-    tensor, as vLLM's BF16 head and logits processor do (float32 sums rounded to BF16, the soft
-    cap and scale in BF16), and count how often the two draft tokens agree."""
+    tensor on the hidden states that reach the head, as vLLM's BF16 head and logits processor do
+    (float32 sums rounded to BF16, the soft cap and scale in BF16), and count how often the two
+    draft tokens agree."""
     import torch
 
     drafter = _runner(worker).drafter.model
@@ -177,25 +178,26 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
             [h @ bf16_head[i : i + rows].float().t() for i in range(0, len(bf16_head), rows)], -1
         )
 
-    served = drafter.compute_logits
     stats = {"steps": 0, "agree": 0}
 
-    def compute_logits(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
-        logits = served(hidden_states, *args, **kwargs)
-        if logits is not None:
-            reference = bf16_logits(hidden_states).to(logits.dtype)
-            if soft_cap is not None:
-                reference = torch.tanh(reference / soft_cap) * soft_cap
-            if scale != 1.0:
-                reference = reference * scale
-            served_logits = logits.cpu()
-            vocab = min(reference.shape[-1], served_logits.shape[-1])
-            same = served_logits[..., :vocab].argmax(-1) == reference[..., :vocab].argmax(-1)
-            stats["steps"] += int(same.numel())
-            stats["agree"] += int(same.sum())
-        return logits
+    # At the logits processor, not compute_logits: some drafters transform the hidden states on
+    # the way to the head (DeepSeek's MTP layer applies its shared_head norm first).
+    def compare(module: Any, args: tuple, kwargs: dict, logits: Any) -> None:
+        hidden_states = args[1] if len(args) > 1 else kwargs["hidden_states"]
+        if logits is None:
+            return
+        reference = bf16_logits(hidden_states).to(logits.dtype)
+        if soft_cap is not None:
+            reference = torch.tanh(reference / soft_cap) * soft_cap
+        if scale != 1.0:
+            reference = reference * scale
+        served_logits = logits.cpu()
+        vocab = min(reference.shape[-1], served_logits.shape[-1])
+        same = served_logits[..., :vocab].argmax(-1) == reference[..., :vocab].argmax(-1)
+        stats["steps"] += int(same.numel())
+        stats["agree"] += int(same.sum())
 
-    drafter.compute_logits = compute_logits
+    processor.register_forward_hook(compare, with_kwargs=True)
     drafter._draft_agreement = stats
     return True
 

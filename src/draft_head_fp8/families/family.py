@@ -156,9 +156,9 @@ class Family:
     # Whether a checkpoint folder (its config, headers) is this family's drafter, beyond its
     # architectures: e.g. an EAGLE draft is a Llama config whose weights hold ``fc``.
     recognise: Callable[[Any, Path], bool] | None = None
-    # Where the drafter's layers ship inside the target's checkpoint (MTP): the tensor-name
-    # prefixes that are the draft's body, read per draft token, not the target's.
-    draft_prefixes: tuple[str, ...] = ()
+    # Where the drafter's layers ship inside the target's checkpoint (MTP): from the target's
+    # config, the tensor-name prefixes that are the draft's body, read per draft token.
+    draft_prefixes: Callable[[Any], tuple[str, ...]] | None = None
     # What `check` can already tell will refuse start-up, from configs and headers:
     # (draft config, draft folder, target description or None) -> reasons.
     problems: Callable[[Any, Path, Any], list[str]] | None = None

