@@ -10,54 +10,32 @@ references: ``lm_head`` and the MTP layer's ``shared_head.head``.
   loads and vLLM's proposer then deletes, assigning the target's head to every reference
   (``_maybe_share_lm_head``); so the private FP8 head is made at the share, from this rank's rows
   of the target's head, and handed to each reference.
-- The share the plugin sees: ``head`` registered on each MTP layer's ``shared_head``.
+- The share the plugin sees: ``lm_head`` registered on the drafter, and ``head`` on each MTP
+  layer's ``shared_head``: each is handed the same private FP8 head.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from draft_head_fp8.families.family import AT_SHARE, TARGET, Family, HeadSource, top_value
-
-
-def policy_inputs(config: Any) -> dict[str, Any]:
-    return {
-        "ordered_embeddings": False,
-        "tie_word_embeddings": bool(top_value(config, "tie_word_embeddings", False)),
-        "shared_target_head": True,
-    }
-
-
-def refusal(config: Any) -> str | None:
-    if not top_value(config, "num_nextn_predict_layers", 0):
-        return "the checkpoint has no MTP layers (num_nextn_predict_layers is 0 or missing)"
-    return None
-
-
-def mtp_layers(config: Any) -> tuple[str, ...]:
-    """The MTP layers follow the target's: ``model.layers.{num_hidden_layers + i}.``"""
-    first = int(top_value(config, "num_hidden_layers", 0))
-    count = int(top_value(config, "num_nextn_predict_layers", 0))
-    return tuple(f"model.layers.{i}." for i in range(first, first + count))
-
+from draft_head_fp8.families.family import Family
+from draft_head_fp8.families.target_head import (
+    TARGET_HEAD,
+    layers_after_the_target,
+    policy_inputs,
+    without_mtp_layers,
+)
 
 FAMILY = Family(
     name="deepseek-v3-mtp",
     title="DeepSeek-V3 MTP",
     drafters={"DeepSeekMTPModel": "vllm.model_executor.models.deepseek_mtp:DeepSeekMTP"},
     speculative_method="mtp",
-    config_from=TARGET,
+    config_from=TARGET_HEAD.folder,
     model_types=("deepseek_v3", "deepseek_mtp"),
     hf_architectures=("DeepseekV3ForCausalLM", "DeepSeekMTPModel"),
-    head=HeadSource(
-        folder=TARGET,
-        tensor="lm_head.weight",
-        when=AT_SHARE,
-        tied_tensor="model.embed_tokens.weight",
-    ),
+    head=TARGET_HEAD,
     share="lm_head",
     tiny="draft_head_fp8.tiny.deepseek_v3_mtp",
     policy_inputs=policy_inputs,
-    refusal=refusal,
-    draft_prefixes=mtp_layers,
+    refusal=without_mtp_layers,
+    draft_prefixes=layers_after_the_target,
 )

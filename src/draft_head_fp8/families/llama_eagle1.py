@@ -22,14 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from draft_head_fp8.families.family import (
-    AT_SHARE,
-    DRAFT,
-    TARGET,
-    Family,
-    HeadSource,
-    top_value,
-)
+from draft_head_fp8.families.family import DRAFT, Family
+from draft_head_fp8.families.target_head import TARGET_HEAD, policy_inputs
 
 FUSION_TENSOR = "fc.weight"
 
@@ -38,18 +32,6 @@ def recognise(config: Any, folder: Path) -> bool:
     from draft_head_fp8.checkpoint import has_tensor
 
     return has_tensor(folder, FUSION_TENSOR)
-
-
-def policy_inputs(config: Any) -> dict[str, Any]:
-    return {
-        "ordered_embeddings": False,
-        # The head is the target's: whether the target ties it decides only which checkpoint
-        # tensor its bytes are hashed against (HeadSource.tied_tensor).
-        "tie_word_embeddings": bool(top_value(config, "tie_word_embeddings", False)),
-        "shared_target_head": True,
-        "draft_vocab_size": top_value(config, "draft_vocab_size"),
-        "vocab_size": top_value(config, "vocab_size"),
-    }
 
 
 FAMILY = Family(
@@ -63,12 +45,7 @@ FAMILY = Family(
     model_types=("llama",),
     hf_architectures=("LlamaForCausalLM", "EagleLlamaForCausalLM"),
     target_model_types=("llama",),
-    head=HeadSource(
-        folder=TARGET,
-        tensor="lm_head.weight",
-        when=AT_SHARE,
-        tied_tensor="model.embed_tokens.weight",
-    ),
+    head=TARGET_HEAD,
     share="lm_head",
     tiny="draft_head_fp8.tiny.llama_eagle1",
     policy_inputs=policy_inputs,

@@ -14,42 +14,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from draft_head_fp8.families.family import AT_SHARE, TARGET, Family, HeadSource, top_value
-
-
-def policy_inputs(config: Any) -> dict[str, Any]:
-    return {
-        "ordered_embeddings": False,
-        "tie_word_embeddings": bool(top_value(config, "tie_word_embeddings", False)),
-        "shared_target_head": True,
-    }
-
-
-def refusal(config: Any) -> str | None:
-    if not top_value(config, "num_nextn_predict_layers", 0):
-        return "the checkpoint has no MTP layers (num_nextn_predict_layers is 0 or missing)"
-    return None
-
+from draft_head_fp8.families.family import Family
+from draft_head_fp8.families.target_head import TARGET_HEAD, policy_inputs, without_mtp_layers
 
 FAMILY = Family(
     name="mimo-mtp",
     title="MiMo MTP",
     drafters={"MiMoMTPModel": "vllm.model_executor.models.mimo_mtp:MiMoMTP"},
     speculative_method="mtp",
-    config_from=TARGET,
+    config_from=TARGET_HEAD.folder,
     model_types=("mimo", "mimo_mtp"),
     hf_architectures=("MiMoForCausalLM", "MiMoMTPModel"),
-    head=HeadSource(
-        folder=TARGET,
-        tensor="lm_head.weight",
-        when=AT_SHARE,
-        tied_tensor="model.embed_tokens.weight",
-    ),
+    head=TARGET_HEAD,
     share="lm_head",
     tiny="draft_head_fp8.tiny.mimo_mtp",
     policy_inputs=policy_inputs,
-    refusal=refusal,
+    refusal=without_mtp_layers,
     draft_prefixes=lambda config: ("model.mtp_layers.",),
 )

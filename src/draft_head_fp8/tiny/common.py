@@ -174,3 +174,25 @@ class Randoms:
         import torch
 
         return torch.zeros(n, dtype=torch.bfloat16)
+
+
+def deepseek_style_mtp_glue(seed: int, layer: int, hidden: int, *, tied: bool):
+    """An edit for ``rewrite_weights``: the glue DeepSeek-style checkpoints (DeepSeek-V3, GLM-4.5)
+    keep beside the MTP layer's decoder block ``model.layers.{layer}``: ``enorm``, ``hnorm``,
+    ``eh_proj`` and ``shared_head.norm``, and copies of the target's embedding and head as
+    ``embed_tokens`` and ``shared_head.head`` (vLLM replaces the head copy by the target's)."""
+    rand = Randoms(seed)
+
+    def edit(tensors: dict) -> dict:
+        mtp = f"model.layers.{layer}."
+        embed = tensors["model.embed_tokens.weight"]
+        head = embed if tied else tensors["lm_head.weight"]
+        tensors[f"{mtp}enorm.weight"] = rand.ones(hidden)
+        tensors[f"{mtp}hnorm.weight"] = rand.ones(hidden)
+        tensors[f"{mtp}eh_proj.weight"] = rand.normal(hidden, 2 * hidden)
+        tensors[f"{mtp}shared_head.norm.weight"] = rand.ones(hidden)
+        tensors[f"{mtp}shared_head.head.weight"] = head.clone()
+        tensors[f"{mtp}embed_tokens.weight"] = embed.clone()
+        return tensors
+
+    return edit

@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 
 from draft_head_fp8.tiny.common import (
-    Randoms,
     TinyPair,
+    deepseek_style_mtp_glue,
     empty_folder,
     rewrite_weights,
     save_model,
@@ -71,24 +71,6 @@ def config(*, tied: bool):
     )
 
 
-def _mtp_glue(seed: int, tied: bool):
-    rand = Randoms(seed)
-
-    def edit(tensors: dict) -> dict:
-        mtp = f"model.layers.{LAYERS}."
-        embed = tensors["model.embed_tokens.weight"]
-        head = embed if tied else tensors["lm_head.weight"]
-        tensors[f"{mtp}enorm.weight"] = rand.ones(HIDDEN)
-        tensors[f"{mtp}hnorm.weight"] = rand.ones(HIDDEN)
-        tensors[f"{mtp}eh_proj.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
-        tensors[f"{mtp}shared_head.norm.weight"] = rand.ones(HIDDEN)
-        tensors[f"{mtp}shared_head.head.weight"] = head.clone()
-        tensors[f"{mtp}embed_tokens.weight"] = embed.clone()
-        return tensors
-
-    return edit
-
-
 def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:
     """Write ``out/target`` (the target with its MTP layer). Refuses a folder with files."""
     import torch
@@ -101,7 +83,7 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
         tok_dir = Path(scratch) / "tokenizer"
         train_tokenizer(tok_dir, VOCAB)
         save_model(DeepseekV3ForCausalLM(config(tied=tied_target)), tok_dir, target)
-    rewrite_weights(target, _mtp_glue(seed, tied_target))
+    rewrite_weights(target, deepseek_style_mtp_glue(seed, LAYERS, HIDDEN, tied=tied_target))
     update_config(
         target, architectures=["DeepseekV3ForCausalLM"], num_hidden_layers=LAYERS,
         num_nextn_predict_layers=1,

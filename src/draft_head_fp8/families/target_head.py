@@ -1,0 +1,46 @@
+"""What the families whose drafter reads the target's head have in common (MTP and EAGLE-1
+drafters): where the head's bytes come from, the policy's inputs, the MTP layers' place in the
+target's checkpoint. Not a family (no ``FAMILY``): the pieces their records are made of.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from draft_head_fp8.families.family import AT_SHARE, TARGET, HeadSource, top_value
+
+# The target's head, in the target's folder (its embedding where the target ties its head),
+# handed to the drafter only at vLLM's share (``_maybe_share_lm_head``).
+TARGET_HEAD = HeadSource(
+    folder=TARGET,
+    tensor="lm_head.weight",
+    when=AT_SHARE,
+    tied_tensor="model.embed_tokens.weight",
+)
+
+
+def policy_inputs(config: Any) -> dict[str, Any]:
+    return {
+        "ordered_embeddings": False,
+        # The head is the target's: whether the target ties it decides only which checkpoint
+        # tensor its bytes are hashed against (TARGET_HEAD.tied_tensor).
+        "tie_word_embeddings": bool(top_value(config, "tie_word_embeddings", False)),
+        "shared_target_head": True,
+        # A drafter with a vocabulary of its own (EAGLE-3) would be a second head, not this one.
+        "draft_vocab_size": top_value(config, "draft_vocab_size"),
+        "vocab_size": top_value(config, "vocab_size"),
+    }
+
+
+def without_mtp_layers(config: Any) -> str | None:
+    """The refusal of an MTP family's checkpoint that has no MTP layers to draft with."""
+    if not top_value(config, "num_nextn_predict_layers", 0):
+        return "the checkpoint has no MTP layers (num_nextn_predict_layers is 0 or missing)"
+    return None
+
+
+def layers_after_the_target(config: Any) -> tuple[str, ...]:
+    """DeepSeek-style MTP layers: ``model.layers.{num_hidden_layers + i}.``, after the target's."""
+    first = int(top_value(config, "num_hidden_layers", 0))
+    count = int(top_value(config, "num_nextn_predict_layers", 0))
+    return tuple(f"model.layers.{i}." for i in range(first, first + count))
