@@ -4,6 +4,7 @@ circle, and no module grows past what one reader can hold."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,86 @@ def test_no_import_circles():
 def test_module_size(name):
     lines = len(MODULES[name].read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{name} has {lines} lines; split it by concern"
+
+
+# Variables that configure the package; archive/identity.py may still *record* such variables
+# (it selects them by prefix), which is not reading one by name.
+CONFIG_NAME = re.compile(r"^(DRAFT_HEAD_FP8_|VLLM_EXPERIMENTAL)")
+# Where the environment may be read by name: settings.py, and the flag's contract function.
+ENV_READERS = {"draft_head_fp8.settings": None, "draft_head_fp8.policy": "env_enabled"}
+
+
+def _settings_names() -> dict[str, str]:
+    tree = ast.parse(MODULES["draft_head_fp8.settings"].read_text(encoding="utf-8"))
+    return {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name) and isinstance(node.value.value, str)
+    }
+
+
+def _variable(node: ast.AST, names: dict[str, str]) -> str | None:
+    """The variable a name expression spells: a literal, or one of settings.py's constants."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    key = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+    return names.get(key)
+
+
+def _environ_reads(source: str, names: dict[str, str], allowed_function: str | None = None):
+    """(line, variable) for each read of a configuring variable by name from the environment:
+    ``os.getenv(X)``, ``<environ>.get(X)``, ``<environ>[X]``, ``X in <environ>``."""
+    tree = ast.parse(source)
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == allowed_function:
+            skip.update(id(inner) for inner in ast.walk(node))
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        pairs = []
+        if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "getenv" or (
+                node.func.attr in ("get", "pop") and "environ" in ast.unparse(node.func.value)
+            ):
+                pairs.append(node.args[0])
+        elif isinstance(node, ast.Subscript) and "environ" in ast.unparse(node.value):
+            pairs.append(node.slice)
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In):
+            if "environ" in ast.unparse(node.comparators[0]):
+                pairs.append(node.left)
+        for arg in pairs:
+            variable = _variable(arg, names)
+            if variable and CONFIG_NAME.match(variable):
+                yield node.lineno, variable
+
+
+def test_env_read_scan_finds_reads():
+    # The scan below is only worth its pass if it can fail: each spelling is caught.
+    names = {"RESCORE_ENV": "DRAFT_HEAD_FP8_RESCORE_TOPK"}
+    source = (
+        "import os\nfrom draft_head_fp8 import settings\n"
+        "a = os.environ.get('DRAFT_HEAD_FP8_ARCHIVE')\n"
+        "b = os.getenv(settings.RESCORE_ENV)\n"
+        "c = os.environ['VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8']\n"
+        "d = RESCORE_ENV in os.environ\n"
+        "def f(environ=None):\n    return (os.environ if environ is None else environ).get("
+        "RESCORE_ENV)\n"
+        "e = os.environ.get('HOME')\n"
+    )
+    assert sorted(line for line, _ in _environ_reads(source, names)) == [3, 4, 5, 6, 8]
+    assert sorted(line for line, _ in _environ_reads(source, names, "f")) == [3, 4, 5, 6]
+
+
+def test_environment_read_only_in_settings():
+    names = _settings_names()
+    reads = []
+    for name, path in MODULES.items():
+        if ENV_READERS.get(name, "") is None:
+            continue
+        source = path.read_text(encoding="utf-8")
+        for line, variable in _environ_reads(source, names, ENV_READERS.get(name)):
+            reads.append(f"{name}:{line} reads {variable}")
+    assert reads == [], "read it through draft_head_fp8.settings"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -92,7 +91,7 @@ def run(
     from vllm.inputs import TokensPrompt
     from vllm.platforms import current_platform
 
-    from draft_head_fp8 import families
+    from draft_head_fp8 import families, settings
     from draft_head_fp8.checkpoint import read_config
 
     family = families.for_config(read_config(assistant), Path(assistant))
@@ -138,7 +137,7 @@ def run(
     agreement = llm.collective_rpc("probe_read_draft_agreement")[0] if draft_agreement else None
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     return {
-        "flag": os.environ.get("VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"),
+        "flag": settings.flag_as_set(),
         "prompts": prompts,
         "token_ids": token_ids,
         "texts": [o.outputs[0].text for o in outputs],
