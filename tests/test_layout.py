@@ -160,3 +160,30 @@ def test_environment_read_only_in_settings():
         for line, variable in _environ_reads(source, names, ENV_READERS.get(name)):
             reads.append(f"{name}:{line} reads {variable}")
     assert reads == [], "read it through draft_head_fp8.settings"
+
+
+MAX_FUNCTION_LINES = 60  # "functions a reader can hold"
+# Functions allowed to be longer, each with why.
+LONG_FUNCTIONS = {
+    # evidence/receipt.py is frozen while the receipt's owner changes it (issue 17); split it then.
+    "draft_head_fp8.evidence.receipt.capture",
+}
+
+
+def _functions():
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield f"{name}.{node.name}", node.end_lineno - node.lineno + 1
+
+
+def test_functions_are_short():
+    long = {f"{name} ({lines} lines)" for name, lines in _functions() if lines > MAX_FUNCTION_LINES}
+    allowed = {entry for entry in long if entry.split(" ")[0] in LONG_FUNCTIONS}
+    assert long - allowed == set(), "split it by concern"
+
+
+def test_every_long_function_allowed_is_still_long():
+    # An allowance outlives its reason silently; this says when to drop it.
+    lengths = dict(_functions())
+    assert {n for n in LONG_FUNCTIONS if lengths.get(n, 0) <= MAX_FUNCTION_LINES} == set()
