@@ -235,3 +235,17 @@ def test_every_long_function_allowed_is_still_long():
     # An allowance outlives its reason silently; this says when to drop it.
     lengths = dict(_functions())
     assert {n for n in LONG_FUNCTIONS if lengths.get(n, 0) <= MAX_FUNCTION_LINES} == set()
+
+
+# One home per drafter family: only these package files may name Gemma (its family module, its
+# tiny builder, and where the shipped pair is named); everything else is family-neutral.
+NAMES_GEMMA = {"families/gemma4_mtp.py", "tiny/gemma4.py", "tiny/__init__.py"}
+
+
+def test_only_the_family_home_names_gemma():
+    naming = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if re.search("gemma", path.read_text(encoding="utf-8"), re.IGNORECASE)
+    }
+    assert naming == NAMES_GEMMA
