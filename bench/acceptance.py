@@ -104,31 +104,36 @@ def offline_paired(args, prompts: list[list[int]]) -> dict:
 
 
 def run_config(
-    name: str, fp8: bool, args, prompts_file: Path, scratch: Path, settings: dict | None = None
+    name: str,
+    fp8: bool,
+    args,
+    prompts_file: Path,
+    scratch: Path,
+    settings: dict | None = None,
+    step: str = "",
 ) -> dict:
-    from draft_head_fp8 import harness
+    """One configuration, started the way ``draft-head-fp8 compare`` starts its engines
+    (``comparison.run_engine``), asked for token-id prompts generated to the full length and
+    for the draft agreement in every run."""
     from draft_head_fp8.archive import Archive
+    from draft_head_fp8.comparison import EngineFailed, EngineOptions, Refused, run_engine
     from draft_head_fp8.evidence import diagnostics_path, receipt_path
 
     archive = scratch / f"archive-{name}"
-    env = harness.engine_env(scratch / f"cache-{name}", flag=fp8, archive=archive)
-    env["VLLM_LOGGING_LEVEL"] = os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")
-    env.update(settings or {})
-    run = harness.launch(
-        args.target,
-        args.assistant,
-        env=env,
-        out=scratch / f"{name}.json",
-        cwd=scratch,
-        timeout=args.timeout,
-        args=(
-            "--prompt-token-ids", str(prompts_file), "--ignore-eos", "--draft-agreement",
-            "--max-tokens", str(args.max_tokens), "--speculative-tokens", str(args.spec_tokens),
-        ),
-    )  # fmt: skip
-    if not run.ok:
-        sys.stderr.write(run.tail(60) + "\n")
-        raise SystemExit(f"{name} run failed with exit status {run.returncode}")
+    # The probe's own defaults otherwise (one rank, 256-token context, BF16, a 64 MiB KV cache).
+    options = EngineOptions([], max_tokens=args.max_tokens, speculative_tokens=args.spec_tokens)
+    quiet = os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        run = run_engine(
+            step, name, flag=fp8, target=args.target, assistant=args.assistant,
+            cache=scratch / f"cache-{name}", archive=archive, progress=print,
+            args=options.probe_args()
+            + ("--prompt-token-ids", str(prompts_file), "--ignore-eos", "--draft-agreement"),
+            env=(("VLLM_LOGGING_LEVEL", quiet), *(settings or {}).items()),
+            timeout=args.timeout,
+        )  # fmt: skip
+    except (EngineFailed, Refused) as exc:
+        raise SystemExit(f"{name} run failed: {exc}") from None
     data = run.facts
     data["served"] = data.pop("after_generate")["receipt"]  # what the worker served, read after
     data.pop("after_start")
@@ -169,6 +174,7 @@ def table(rows: list[tuple[str, ...]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from draft_head_fp8.settings import RESCORE_ENV
     from draft_head_fp8.tiny import shipped_pair
 
     pair = shipped_pair()
@@ -190,17 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     offline = offline_paired(args, prompts)
     # name -> (flag, settings): stock vLLM; plain FP8 (k = 0, the first version's logits);
     # FP8 with the exact pick at each k (the default is the plugin's).
-    configs = {"bf16": (False, {}), "fp8": (True, {"DRAFT_HEAD_FP8_RESCORE_TOPK": "0"})}
+    configs = {"bf16": (False, {}), "fp8": (True, {RESCORE_ENV: "0"})}
     for k in args.k:
-        configs[f"fp8+pick{k}"] = (True, {"DRAFT_HEAD_FP8_RESCORE_TOPK": str(k)})
+        configs[f"fp8+pick{k}"] = (True, {RESCORE_ENV: str(k)})
     runs = {}
     with tempfile.TemporaryDirectory(prefix="dhfp8-acceptance-") as tmp:
         scratch = Path(tmp)
         prompts_file = scratch / "prompts.json"
         prompts_file.write_text(json.dumps(prompts))
-        for name, (flag, settings) in configs.items():
-            print(f"running vLLM: {name} draft head ...", flush=True)
-            runs[name] = run_config(name, flag, args, prompts_file, scratch, settings)
+        for n, (name, (flag, settings)) in enumerate(configs.items(), 1):
+            step = f"[{n}/{len(configs)}]"
+            runs[name] = run_config(name, flag, args, prompts_file, scratch, settings, step)
     bf16 = runs["bf16"]
     rate_b = bf16["spec_decode"]["acceptance_rate"]
     summary = {}

@@ -116,6 +116,8 @@ def vllm_cpu_heads(w: torch.Tensor, q) -> dict:
     try:
         from vllm import _custom_ops as ops
         from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+        from draft_head_fp8.vllm_plugin.kernels import packed_w8a16
     except Exception:
         return {}
     heads = {}
@@ -124,13 +126,7 @@ def vllm_cpu_heads(w: torch.Tensor, q) -> dict:
     dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
     heads["bf16_vllm"] = lambda x: layer.cpu_linear(x, layer.weight, None)
     if ops._supports_cpu_fp8_w8a16:
-        packed = torch.ops._C.convert_weight_packed(q.weight)
-        vocab, hidden = q.weight.shape
-        block = q.scale.reshape(()).expand(1, -(-hidden // 128)).contiguous()
-        size = [-(-vocab // 32) * 32, 128]
-        heads["fp8_w8a16"] = lambda x: torch.ops._C.fp8_scaled_mm_cpu(
-            x, packed, block, size, None, x.dtype, True
-        )
+        heads["fp8_w8a16"] = packed_w8a16(q.weight, q.scale)  # the plugin's own call
     return heads
 
 

@@ -46,7 +46,7 @@ import draft_head_fp8
 from bench.measure import MIB, interleaved_medians, peak_extra, run_memory_child, write_json
 from draft_head_fp8 import eligibility, make_runtime_receipt, validate_post_share_receipt
 from draft_head_fp8.fp8 import quantize_per_tensor
-from tools.standins import (
+from tools.vllm_standins import (
     Fp8PerTensorOnlineLinearMethod,
     ParallelLMHead,
     TargetLM,

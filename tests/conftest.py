@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from engine_support import FP8_EVERYWHERE, cpu_kind_line, shell
 
 from draft_head_fp8.archive import Archive
-from draft_head_fp8.tiny import shipped_pair
+from draft_head_fp8.tiny import TinyPair, build_tiny_pair, shipped_pair
 
 
 def pytest_report_header(config):
@@ -24,6 +25,40 @@ def pytest_report_header(config):
 @pytest.fixture(scope="session")
 def shipped():
     return shipped_pair()
+
+
+# The demo family's tiny random pairs the CLI and engine tests share, by kind: a safe one, and one
+# for each refusal the flag makes.
+PAIR_KINDS = {
+    "dense": {},
+    "ordered": {"ordered_embeddings": True, "seed": 2},
+    "untied": {"untied": True, "seed": 3},
+}
+
+
+class TinyPairs(Mapping[str, TinyPair]):
+    """The pairs of ``PAIR_KINDS``, each built the first time a test asks for it (a few seconds
+    apiece), then kept for the session."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._built: dict[str, TinyPair] = {}
+
+    def __getitem__(self, kind: str) -> TinyPair:
+        if kind not in self._built:
+            self._built[kind] = build_tiny_pair(self._root / kind, **PAIR_KINDS[kind])
+        return self._built[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PAIR_KINDS)
+
+    def __len__(self) -> int:
+        return len(PAIR_KINDS)
+
+
+@pytest.fixture(scope="session")
+def pairs(tmp_path_factory):
+    return TinyPairs(tmp_path_factory.mktemp("pairs"))
 
 
 def isolated_env(tmp: Path, **extra: str) -> dict:

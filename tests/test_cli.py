@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from engine_support import MACHINE, W8A16
 
-from draft_head_fp8.tiny import build_tiny_pair
-
 FIXTURES = Path(__file__).parent / "fixtures" / "receipts"
 VALID = FIXTURES / "cpu-tiny-post_share.json"
 FAIL_CASES = sorted(FIXTURES.glob("*_fail.json"))
@@ -33,16 +31,6 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     return lines[0]
-
-
-@pytest.fixture(scope="module")
-def pairs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cli-pairs")
-    return {
-        "dense": build_tiny_pair(root / "dense"),
-        "ordered": build_tiny_pair(root / "ordered", ordered_embeddings=True),
-        "untied": build_tiny_pair(root / "untied", untied=True),
-    }
 
 
 # ------------------------------------------------------------------ check

@@ -42,15 +42,6 @@ pytestmark = pytest.mark.engine
 EMBED = "model.embed_tokens.weight"
 
 
-@pytest.fixture(scope="module")
-def pairs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pairs")
-    return {
-        "ordered": build_tiny_pair(root / "ordered", ordered_embeddings=True, seed=2),
-        "untied": build_tiny_pair(root / "untied", untied=True, seed=3),
-    }
-
-
 def _only_boot(archive):
     boots = Archive(archive).boots()
     assert len(boots) == 1, boots

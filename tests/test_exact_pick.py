@@ -22,7 +22,7 @@ from draft_head_fp8.evidence.exact_pick import (  # noqa: E402
 from draft_head_fp8.evidence.ranks import cross_rank_problems, rank_summary  # noqa: E402
 from draft_head_fp8.families.family import resolve  # noqa: E402
 from draft_head_fp8.fp8 import tensor_sha256  # noqa: E402
-from tools.standins import TargetLM  # noqa: E402
+from tools.vllm_standins import TargetLM  # noqa: E402
 
 VOCAB, HIDDEN = 256, 32
 

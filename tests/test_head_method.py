@@ -10,6 +10,7 @@ import hashlib
 
 import pytest
 import torch
+from engine_support import needs_w8a16
 from torch import nn
 
 from draft_head_fp8.fp8 import NonFiniteHeadError, tensor_sha256
@@ -229,6 +230,28 @@ def test_the_packed_head_serves_exact_draft_tokens_from_the_checkpoint_rows(vllm
     exact = (x.float() @ embed.weight.float().t()).to(torch.bfloat16)
     assert torch.equal(logits.argmax(-1), exact.argmax(-1))
     assert method.diagnostics["weight_layout"] == "convert_weight_packed"
+
+
+@needs_w8a16
+@pytest.mark.parametrize("hidden", [HIDDEN, 192])  # one K block; a block and a half
+def test_the_measured_w8a16_call_is_the_kernels_own(vllm_config, hidden):
+    # bench/head_matmul.py times packed_w8a16 as "what the plugin serves": it must be bit for bit
+    # what vLLM's packed kernel computes on the same head.
+    from draft_head_fp8.fp8 import quantize_per_tensor
+    from draft_head_fp8.vllm_plugin.kernels import CPUFp8W8A16HeadKernel, packed_w8a16
+
+    gen = torch.Generator().manual_seed(5)
+    q = quantize_per_tensor((torch.randn(VOCAB, hidden, generator=gen) * 0.05).bfloat16())
+    x = torch.randn(7, hidden, generator=gen).to(torch.bfloat16)
+    layer = nn.Module()
+    # vLLM packs into the layer's own storage: give it its own copy.
+    layer.weight = nn.Parameter(q.weight.clone().t(), requires_grad=False)
+    layer.weight_scale = nn.Parameter(q.scale.reshape(1), requires_grad=False)
+    kernel = CPUFp8W8A16HeadKernel(
+        kernel_config(VOCAB, hidden), layer_param_names=["weight", "weight_scale", "in", "x"]
+    )
+    kernel.process_weights_after_loading(layer)
+    assert torch.equal(packed_w8a16(q.weight, q.scale)(x), kernel.apply_weights(layer, x))
 
 
 def test_non_zero_padding_rows_are_refused():

@@ -1,1 +1,2 @@
-"""Tools that build what the package ships (the trained tiny pair); not installed with it."""
+"""Tools that build what the package ships (the trained tiny pair), and what tests and
+benchmarks share (``vllm_standins``); not installed with the package."""

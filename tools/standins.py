@@ -1,53 +1,8 @@
-"""Modules shaped like vLLM's, for the unit tests and benchmarks that exercise receipt capture
-without an engine. Named like vLLM's classes because the receipt records class names only; the
-real classes run in the engine tests."""
+"""Old name of ``tools.vllm_standins``, kept only until tests/test_receipt.py imports the new
+name (its receipts record the stand-ins' module name, so this is the same module, not a copy)."""
 
-from __future__ import annotations
+import sys
 
-import torch
-from torch import nn
+from tools import vllm_standins
 
-
-class PerTensorTorchFP8ScaledMMLinearKernel:
-    pass
-
-
-class Fp8PerTensorOnlineLinearMethod:
-    def __init__(self) -> None:
-        self.fp8_linear = PerTensorTorchFP8ScaledMMLinearKernel()
-
-
-class UnquantizedEmbeddingMethod:
-    pass
-
-
-class ParallelLMHead(nn.Module):
-    def __init__(
-        self,
-        weight: torch.Tensor,
-        scale: torch.Tensor,
-        *,
-        method: object | None = None,
-        tp_size: int = 1,
-        hidden: int,
-        vocab: int,
-    ) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(weight, requires_grad=False)
-        self.weight_scale = nn.Parameter(scale, requires_grad=False)
-        self.quant_method = method
-        self.tp_size = tp_size
-        self.input_size_per_partition = hidden
-        self.output_size_per_partition = vocab
-
-
-class TargetLM(nn.Module):
-    """A Gemma-style target language model: its head is tied to its embedding."""
-
-    def __init__(self, embed: nn.Module) -> None:
-        super().__init__()
-        self.model = nn.Module()
-        self.model.embed_tokens = embed
-        self.lm_head = nn.Module()
-        self.lm_head.weight = embed.weight  # tied, as Gemma's target head is
-        self.lm_head.quant_method = UnquantizedEmbeddingMethod()
+sys.modules[__name__] = vllm_standins

@@ -88,7 +88,7 @@ def _tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
 
 
-def _engine(
+def run_engine(
     step: str,
     name: str,
     *,
@@ -100,7 +100,12 @@ def _engine(
     args: tuple[str, ...],
     progress: Progress,
     env: tuple[tuple[str, str], ...] = (),
-) -> dict:
+    timeout: float = 900,
+) -> harness.Launch:
+    """One engine run as ``compare`` (and the benchmarks that compare heads) makes it: the probe
+    with ``args`` in ``harness.engine_env`` plus ``env``, its log kept in ``cache``/logs. Raises
+    ``Refused`` when the flag-on engine refuses the head, ``EngineFailed`` when it fails
+    otherwise (after ``timeout`` seconds, too)."""
     logs = cache / "logs"
     log = logs / f"{name}.log"
     progress(f"{step} starting vLLM ({name}); log: {log}")
@@ -112,6 +117,7 @@ def _engine(
         args=args,
         log=log,
         progress=lambda seconds: progress(f"      ... {seconds:.0f} s"),
+        timeout=timeout,
     )
     if not run.ok:
         reasons = [line for line in run.stderr.splitlines() if line.startswith(REFUSAL)]
@@ -122,7 +128,7 @@ def _engine(
             + _hint(run.stdout + run.stderr)
         )
     progress(f"      done in {run.seconds:.0f} s")
-    return run.facts
+    return run
 
 
 def _hint(log: str) -> str:
@@ -214,14 +220,14 @@ def compare(
     args = options.probe_args()
     common = dict(target=target, assistant=assistant, cache=cache, archive=archive_root)
     before = _tree(archive_root)
-    off = _engine("[2/4]", "flag-off", flag=False, args=args, progress=progress, **common)
+    off = run_engine("[2/4]", "flag-off", flag=False, args=args, progress=progress, **common).facts
     off_wrote_nothing = _tree(archive_root) == before
     boots_before = len(Archive(archive_root).boots()) if archive_root.exists() else 0
     watch = ("--draft-agreement",) if options.draft_agreement else ()
-    on = _engine(
+    on = run_engine(
         "[3/4]", "flag-on", flag=True, args=args + watch, progress=progress,
         env=options.flag_on_env, **common,
-    )  # fmt: skip
+    ).facts  # fmt: skip
     progress("[4/4] reading the receipts back from the archive")
     evidence = _read_boot(archive_root, boots_before, options.tensor_parallel_size)
 

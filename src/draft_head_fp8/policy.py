@@ -140,53 +140,95 @@ def eligibility(
     drafter has a vocabulary of its own (EAGLE-3).
     """
     spec = online_quant_spec(quant_config)
-
-    def decide(reason: str) -> Eligibility:
-        return Eligibility(
-            enabled=enabled,
-            eligible=reason == "eligible",
-            reason=reason,
-            role=role,
-            prefix=prefix,
+    # The rules in the contract's order: first whether this layer is the draft's LM head on the
+    # expected scheme at all, then whether that head can be served in FP8.
+    reason = (
+        _layer_rule(
+            enabled, role, layer, prefix, spec, parallel_lm_head_type, parallel_lm_head_class
+        )
+        or _head_rule(
             ordered_embeddings=ordered_embeddings,
             tie_word_embeddings=tie_word_embeddings,
-            quant_spec=spec,
+            head_dtype=head_dtype,
+            model_dtype=model_dtype,
+            shared_target_head=shared_target_head,
+            head_quant_method=head_quant_method,
+            draft_vocab_size=draft_vocab_size,
+            vocab_size=vocab_size,
         )
+        or "eligible"
+    )
+    return Eligibility(
+        enabled=enabled,
+        eligible=reason == "eligible",
+        reason=reason,
+        role=role,
+        prefix=prefix,
+        ordered_embeddings=ordered_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        quant_spec=spec,
+    )
 
+
+def _layer_rule(
+    enabled: bool,
+    role: str,
+    layer: Any,
+    prefix: str,
+    spec: str | None,
+    parallel_lm_head_type: type | None,
+    parallel_lm_head_class: type | None,
+) -> str | None:
+    """The first rule about the layer that fails (None: it is the draft's LM head, asked for)."""
     if not enabled:
-        return decide("experiment flag is disabled")
+        return "experiment flag is disabled"
     if role != "draft":
-        return decide("role is not draft")
+        return "role is not draft"
     if not is_lm_head(layer, parallel_lm_head_type, parallel_lm_head_class):
-        return decide("layer is not ParallelLMHead")
+        return "layer is not ParallelLMHead"
     if _last_component(prefix) != "lm_head":
-        return decide("prefix is not an LM head")
+        return "prefix is not an LM head"
     if spec != EXPECTED_ONLINE_SPEC:
-        return decide(f"online spec {spec!r} is not {EXPECTED_ONLINE_SPEC!r}")
+        return f"online spec {spec!r} is not {EXPECTED_ONLINE_SPEC!r}"
+    return None
+
+
+def _head_rule(
+    *,
+    ordered_embeddings: bool,
+    tie_word_embeddings: bool,
+    head_dtype: Any,
+    model_dtype: Any,
+    shared_target_head: bool,
+    head_quant_method: str | None,
+    draft_vocab_size: int | None,
+    vocab_size: int | None,
+) -> str | None:
+    """The first rule about the head's bytes that fails (None: an FP8 copy can serve it)."""
     if ordered_embeddings:
         # Centroid heads gather rows of lm_head.weight directly; an FP8 weight cannot serve that.
-        return decide("ordered embeddings bypass LogitsProcessor.quant_method.apply")
+        return "ordered embeddings bypass LogitsProcessor.quant_method.apply"
     if draft_vocab_size is not None and vocab_size is not None and draft_vocab_size != vocab_size:
         # The head would be a second head over the draft's own vocabulary, not the target's.
-        return decide(
+        return (
             f"draft head over its own vocabulary ({draft_vocab_size} of the target's {vocab_size} "
             "tokens, EAGLE-3 style) is outside this prototype"
         )
     if not tie_word_embeddings and not shared_target_head:
-        return decide("untied draft embedding/head is outside this alias-safe prototype")
+        return "untied draft embedding/head is outside this alias-safe prototype"
     if head_dtype is not None and model_dtype is not None and str(head_dtype) != str(model_dtype):
-        return decide("custom FP8 head requires head dtype aligned with hidden dtype")
+        return "custom FP8 head requires head dtype aligned with hidden dtype"
     if shared_target_head and head_dtype is not None and "bfloat16" not in str(head_dtype):
-        return decide(
+        return (
             f"target LM head is {str(head_dtype).removeprefix('torch.')}, not BF16: its FP8 "
             "draft copy and the exact pick are made from BF16 rows (serve with --dtype bfloat16)"
         )
     if shared_target_head and head_quant_method not in (None, "UnquantizedEmbeddingMethod"):
-        return decide(
+        return (
             f"target LM head is already quantized ({head_quant_method}): an exact FP8 draft head "
             "is made from its BF16 rows"
         )
-    return decide("eligible")
+    return None
 
 
 # The FP8 head on a CPU without vLLM's W8A16 op: torch._scaled_mm, the one layout-keeping FP8

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from draft_head_fp8 import families
+from draft_head_fp8 import families, settings
 from draft_head_fp8.checkpoint import CheckpointError, read_config
+from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.families.family import TARGET, Family, config_value, top_value
 from draft_head_fp8.machine import Machine, this_machine
 from draft_head_fp8.policy import EXPECTED_ONLINE_SPEC, Eligibility, eligibility, slow_cpu_refusal
-from draft_head_fp8.settings import CPU_KERNEL_ENV
 from draft_head_fp8.shards import VOCAB_PADDING, padded_vocab
 
 
@@ -81,8 +81,9 @@ def _family(path: str | os.PathLike, config: dict) -> Family:
     return family
 
 
-def machine_facts(machine: Machine) -> tuple[dict, str | None]:
-    """What this machine says about the FP8 head, and the refusal it makes certain (if any)."""
+def machine_facts(machine: Machine, cpu_kernel: str = "auto") -> tuple[dict, str | None]:
+    """What this machine says about the FP8 head, and the refusal it makes certain (if any) for
+    the kernel setting ``cpu_kernel`` (``settings.cpu_kernel``)."""
     facts = {
         "isa": machine.isa,
         "vllm": machine.vllm_build,
@@ -91,9 +92,19 @@ def machine_facts(machine: Machine) -> tuple[dict, str | None]:
     }
     if not machine.cpu_engine or machine.has_w8a16_op is not False:
         return facts, None
-    if os.environ.get(CPU_KERNEL_ENV, "").strip().lower() == "scaled_mm":
+    if cpu_kernel == "scaled_mm":
         return facts, None  # the slow path was asked for: it serves, with a warning
     return facts, slow_cpu_refusal(machine.missing_op())
+
+
+def _machine_verdict(machine: Machine) -> tuple[dict, str | None]:
+    """``machine_facts`` under the user's kernel setting. A bad setting refuses start-up before
+    the engine looks at the machine, so its one line is then the refusal."""
+    try:
+        cpu_kernel = settings.cpu_kernel()
+    except HeadFp8EligibilityError as exc:
+        return machine_facts(machine)[0], str(exc)
+    return machine_facts(machine, cpu_kernel)
 
 
 def check_assistant(
@@ -135,7 +146,7 @@ def check_assistant(
         parallel_lm_head_class=_PlannedParallelLMHead,
         **family.policy_inputs(assistant_config),
     )
-    facts, machine_refusal = machine_facts(machine or this_machine())
+    facts, machine_refusal = _machine_verdict(machine or this_machine())
     result = CheckResult(family, assistant, target, decision, facts)
     refusal = family.refusal(assistant_config) if family.refusal else None
     if refusal:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -51,15 +50,19 @@ def spec_metrics(llm: Any) -> dict:
     }
 
 
+def _inputs(prompts: list) -> list:
+    """Texts as they are; token id lists as vLLM's ``TokensPrompt``."""
+    from vllm.inputs import TokensPrompt
+
+    return [p if isinstance(p, str) else TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+
+
 def _batch_sweep(llm: Any, prompts: list, params: Any, sizes: tuple[int, ...]) -> list[dict]:
     """Generate once at each batch size (the prompts repeated to fill it): the draft head is then
     called with that many rows, which ``read_head_timing`` tells apart."""
-    from vllm.inputs import TokensPrompt
-
     sweep = []
     for size in sizes:
-        batch = [prompts[i % len(prompts)] for i in range(size)]
-        inputs = [p if isinstance(p, str) else TokensPrompt(prompt_token_ids=p) for p in batch]
+        inputs = _inputs([prompts[i % len(prompts)] for i in range(size)])
         started = time.perf_counter()
         outputs = llm.generate(inputs, params, use_tqdm=False)
         seconds = time.perf_counter() - started
@@ -68,28 +71,21 @@ def _batch_sweep(llm: Any, prompts: list, params: Any, sizes: tuple[int, ...]) -
     return sweep
 
 
-def run(
+def _start_engine(
     target: str,
     assistant: str,
-    prompts: list[str] | list[list[int]],
     *,
-    max_tokens: int = 24,
-    speculative_tokens: int = 2,
-    draft_agreement: bool = False,
-    ignore_eos: bool = False,
-    tensor_parallel_size: int = 1,
-    max_model_len: int = 256,
-    dtype: str = "bfloat16",
-    kv_cache_memory_bytes: int | None = 64 << 20,
-    gpu_memory_utilization: float | None = None,
-    enforce_eager: bool = True,
-    batch_sizes: tuple[int, ...] = (),
-) -> dict:
-    """``prompts``: texts, or token id lists (given to vLLM as ``TokensPrompt``)."""
-    import resource
-
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
+    speculative_tokens: int,
+    tensor_parallel_size: int,
+    max_model_len: int,
+    dtype: str,
+    kv_cache_memory_bytes: int | None,
+    gpu_memory_utilization: float | None,
+    enforce_eager: bool,
+) -> tuple[Any, float]:
+    """vLLM on the target and its drafter, with the probe's worker extension; and the seconds
+    the engine took to start."""
+    from vllm import LLM
     from vllm.platforms import current_platform
 
     from draft_head_fp8 import families
@@ -123,22 +119,85 @@ def run(
         **(family.cpu_engine_options if current_platform.is_cpu() else {}),
         **options,
     )
-    init_seconds = time.perf_counter() - started
+    return llm, time.perf_counter() - started
+
+
+def run(
+    target: str,
+    assistant: str,
+    prompts: list[str] | list[list[int]],
+    *,
+    max_tokens: int = 24,
+    speculative_tokens: int = 2,
+    draft_agreement: bool = False,
+    ignore_eos: bool = False,
+    tensor_parallel_size: int = 1,
+    max_model_len: int = 256,
+    dtype: str = "bfloat16",
+    kv_cache_memory_bytes: int | None = 64 << 20,
+    gpu_memory_utilization: float | None = None,
+    enforce_eager: bool = True,
+    batch_sizes: tuple[int, ...] = (),
+) -> dict:
+    """``prompts``: texts, or token id lists (given to vLLM as ``TokensPrompt``)."""
+    from vllm import SamplingParams
+
+    llm, init_seconds = _start_engine(
+        target,
+        assistant,
+        speculative_tokens=speculative_tokens,
+        tensor_parallel_size=tensor_parallel_size,
+        max_model_len=max_model_len,
+        dtype=dtype,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        gpu_memory_utilization=gpu_memory_utilization,
+        enforce_eager=enforce_eager,
+    )
     after_start = llm.collective_rpc("probe_observe")
     llm.collective_rpc("probe_time_draft_head")
     if draft_agreement:
         llm.collective_rpc("probe_watch_draft_agreement", args=(target, assistant))
     started = time.perf_counter()
-    inputs = [p if isinstance(p, str) else TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+    inputs = _inputs(prompts)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
     outputs = llm.generate(inputs, params, use_tqdm=False)
-    generate_seconds = time.perf_counter() - started
+    seconds = {"init": round(init_seconds, 3), "generate": round(time.perf_counter() - started, 3)}
     sweep = _batch_sweep(llm, prompts, params, batch_sizes)
     after_generate = llm.collective_rpc("probe_observe")
     agreement = llm.collective_rpc("probe_read_draft_agreement")[0] if draft_agreement else None
+    return _facts(
+        llm,
+        prompts,
+        outputs,
+        agreement=agreement,
+        observed=(after_start, after_generate),
+        tensor_parallel_size=tensor_parallel_size,
+        sweep=sweep,
+        seconds=seconds,
+    )
+
+
+def _facts(
+    llm: Any,
+    prompts: list,
+    outputs: list,
+    *,
+    agreement: dict | None,
+    observed: tuple[list, list],
+    tensor_parallel_size: int,
+    sweep: list[dict],
+    seconds: dict,
+) -> dict:
+    """What the probe writes: the run's tokens, vLLM's counters, and what the workers served
+    after start-up and after generating (``observed``, every rank's)."""
+    import resource
+
+    from draft_head_fp8 import settings
+
+    after_start, after_generate = observed
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     return {
-        "flag": os.environ.get("VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8"),
+        "flag": settings.flag_as_set(),
         "prompts": prompts,
         "token_ids": token_ids,
         "texts": [o.outputs[0].text for o in outputs],
@@ -153,42 +212,40 @@ def run(
         "tensor_parallel_size": tensor_parallel_size,
         "generated_tokens": sum(len(ids) for ids in token_ids),
         "batch_sweep": sweep,
-        "seconds": {"init": round(init_seconds, 3), "generate": round(generate_seconds, 3)},
+        "seconds": seconds,
         # This process's high-water mark: the whole engine when it runs in one process (TP 1).
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "peak_device_bytes": llm.collective_rpc("probe_peak_device_bytes"),
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
         prog="python -m draft_head_fp8.probe",
         description="Run vLLM once on a target and its drafter; write what the workers served as "
         "JSON. Started by draft_head_fp8.harness.",
     )
-    parser.add_argument("--target", required=True)
-    parser.add_argument("--assistant", required=True)
-    parser.add_argument(
-        "--prompt", action="append", help="repeatable; default: a few fixed prompts"
-    )
-    parser.add_argument(
+    p.add_argument("--target", required=True)
+    p.add_argument("--assistant", required=True)
+    p.add_argument("--prompt", action="append", help="repeatable; default: a few fixed prompts")
+    p.add_argument(
         "--prompt-token-ids",
         metavar="FILE",
         help="JSON list of token id lists, instead of --prompt",
     )
-    parser.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens")
-    parser.add_argument("--max-tokens", type=int, default=24)
-    parser.add_argument("--speculative-tokens", type=int, default=2)
-    parser.add_argument("--draft-agreement", action="store_true")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1)
-    parser.add_argument("--max-model-len", type=int, default=256)
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument(
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens")
+    p.add_argument("--max-tokens", type=int, default=24)
+    p.add_argument("--speculative-tokens", type=int, default=2)
+    p.add_argument("--draft-agreement", action="store_true")
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--max-model-len", type=int, default=256)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument(
         "--kv-cache-memory-bytes", type=int, default=64 << 20, help="0: let vLLM size it"
     )
-    parser.add_argument("--gpu-memory-utilization", type=float, default=None)
-    parser.add_argument("--no-eager", action="store_true", help="let vLLM compile / graph")
-    parser.add_argument(
+    p.add_argument("--gpu-memory-utilization", type=float, default=None)
+    p.add_argument("--no-eager", action="store_true", help="let vLLM compile / graph")
+    p.add_argument(
         "--batch-sizes",
         type=int,
         nargs="*",
@@ -196,8 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="B",
         help="after the prompts, generate once more at each batch size B (prompts repeated)",
     )
-    parser.add_argument("--out", required=True, help="where to write the JSON facts")
-    args = parser.parse_args(argv)
+    p.add_argument("--out", required=True, help="where to write the JSON facts")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     prompts = json.loads(Path(args.prompt_token_ids).read_text()) if args.prompt_token_ids else None
     facts = run(
         args.target,

@@ -39,6 +39,12 @@ def _value(name: str, environ: Mapping[str, str] | None) -> str | None:
     return None if value is None or not value.strip() else value.strip()
 
 
+def flag_as_set(environ: Mapping[str, str] | None = None) -> str | None:
+    """The experiment flag's value exactly as set (None: unset), for records of a run; what it
+    means is ``policy.env_enabled``'s to say."""
+    return (os.environ if environ is None else environ).get(EXPERIMENT_ENV)
+
+
 def archive_root(environ: Mapping[str, str] | None = None) -> str | None:
     """The archive folder the user named, or None for the default."""
     return _value(ARCHIVE_ENV, environ)

@@ -51,7 +51,7 @@ from .layout import (  # noqa: F401 - the vocabulary, importable from here as be
 )
 from .prune import PruneResult
 from .store import Archive
-from .verify import Problem, VerifyReport
+from .verify_report import Problem, VerifyReport
 
 __all__ = [
     "Archive",

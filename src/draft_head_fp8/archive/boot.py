@@ -19,7 +19,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from draft_head_fp8 import durable
 
@@ -53,8 +53,12 @@ from .layout import (
 )
 from .rootdir import open_root, root_lock, scan
 
-if TYPE_CHECKING:
-    from .store import Archive
+
+class ArchiveRoot(Protocol):
+    """What a boot needs of its archive: where the archive is. (``store.Archive`` makes boots;
+    naming it here would make a circle.)"""
+
+    root: Path
 
 
 class Boot:
@@ -63,7 +67,7 @@ class Boot:
 
     def __init__(
         self,
-        archive: Archive,
+        archive: ArchiveRoot,
         seq: int,
         launch_id: str,
         name: str,

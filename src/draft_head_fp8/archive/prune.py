@@ -22,7 +22,7 @@ from .errors import ArchiveError
 from .fs import exists_at, fd_closing, wrap_os_error
 from .identity import utc_now
 from .layout import FILE_MODE, HIDE_PREFIX, MANIFEST, PRUNED_PREFIX, PRUNED_SCHEMA, encode_json
-from .rootdir import is_sealed, open_root, read_manifest, root_lock, scan
+from .rootdir import BootEntry, Listing, is_sealed, open_root, read_manifest, root_lock, scan
 from .verify import verify
 
 
@@ -52,15 +52,7 @@ def prune(root: Path, keep: int, *, dry_run: bool = False) -> PruneResult:
     with fd_closing(open_root(root)) as root_fd, root_lock(root_fd, root, exclusive=True):
         listing = scan(root_fd)
         incomplete = [b.name for b in listing.boots if not is_sealed(root_fd, b)]
-        entries = []
-        for boot in listing.boots:
-            if boot.name in incomplete:
-                continue
-            raw, doc = read_manifest(root_fd, root, boot)
-            if doc is None:
-                raise ArchiveError(f"{root / boot.name / MANIFEST} became unreadable; run verify")
-            entries.append((doc["chain_index"], boot, hashlib.sha256(raw).hexdigest()))
-        entries.sort(key=lambda e: e[0])
+        entries = _sealed_in_chain_order(root_fd, root, listing, incomplete)
         victims = []
         for idx, boot, digest in entries[: max(0, len(entries) - keep)]:
             if boot.name not in verified:  # sealed after our verify: keep it, and all after it
@@ -75,34 +67,64 @@ def prune(root: Path, keep: int, *, dry_run: bool = False) -> PruneResult:
         if not victims:
             os.fsync(root_fd)
             return PruneResult([], kept, incomplete, None, False)
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        record_name = f"{PRUNED_PREFIX}{stamp}-{secrets.token_hex(4)}.json"
-        record = {
-            "schema": PRUNED_SCHEMA,
-            "pruned_at": utc_now(),
-            "keep": keep,
-            "boots": [
-                {
-                    "boot": b.name,
-                    "seq": b.seq,
-                    "launch_id": b.launch_id,
-                    "chain_index": idx,
-                    "manifest_sha256": d,
-                }
-                for idx, b, d in victims
-            ],
-        }
-        try:
-            durable.create_exclusive_at(root_fd, record_name, encode_json(record), mode=FILE_MODE)
-        except OSError as exc:
-            raise wrap_os_error(exc, f"writing the prune record {root / record_name}") from exc
-        for _, boot, _ in victims:
-            hidden = HIDE_PREFIX + boot.name
-            if exists_at(root_fd, hidden):
-                shutil.rmtree(root / hidden)
-            os.rename(boot.name, hidden, src_dir_fd=root_fd, dst_dir_fd=root_fd)
-            os.fsync(root_fd)
-            shutil.rmtree(root / hidden)
+        record_name = _record_the_cut(root_fd, root, keep, victims)
+        _remove(root_fd, root, [boot for _, boot, _ in victims])
         os.fsync(root_fd)
     pruned = [b.name for _, b, _ in victims]
     return PruneResult(pruned, kept, incomplete, str(root / record_name), False)
+
+
+def _sealed_in_chain_order(
+    root_fd: int, root: Path, listing: Listing, incomplete: list[str]
+) -> list[tuple[int, BootEntry, str]]:
+    """(chain index, boot, manifest digest) of every sealed boot, first sealed first."""
+    entries = []
+    for boot in listing.boots:
+        if boot.name in incomplete:
+            continue
+        raw, doc = read_manifest(root_fd, root, boot)
+        if doc is None:
+            raise ArchiveError(f"{root / boot.name / MANIFEST} became unreadable; run verify")
+        entries.append((doc["chain_index"], boot, hashlib.sha256(raw).hexdigest()))
+    entries.sort(key=lambda e: e[0])
+    return entries
+
+
+def _record_the_cut(
+    root_fd: int, root: Path, keep: int, victims: list[tuple[int, BootEntry, str]]
+) -> str:
+    """Write the PRUNED record of ``victims`` before any of them goes; returns its name."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    record_name = f"{PRUNED_PREFIX}{stamp}-{secrets.token_hex(4)}.json"
+    record = {
+        "schema": PRUNED_SCHEMA,
+        "pruned_at": utc_now(),
+        "keep": keep,
+        "boots": [
+            {
+                "boot": b.name,
+                "seq": b.seq,
+                "launch_id": b.launch_id,
+                "chain_index": idx,
+                "manifest_sha256": d,
+            }
+            for idx, b, d in victims
+        ],
+    }
+    try:
+        durable.create_exclusive_at(root_fd, record_name, encode_json(record), mode=FILE_MODE)
+    except OSError as exc:
+        raise wrap_os_error(exc, f"writing the prune record {root / record_name}") from exc
+    return record_name
+
+
+def _remove(root_fd: int, root: Path, boots: list[BootEntry]) -> None:
+    # Each boot is hidden first: an interrupted prune leaves a hidden folder the next one
+    # removes, never a half-deleted boot that looks damaged.
+    for boot in boots:
+        hidden = HIDE_PREFIX + boot.name
+        if exists_at(root_fd, hidden):
+            shutil.rmtree(root / hidden)
+        os.rename(boot.name, hidden, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+        os.fsync(root_fd)
+        shutil.rmtree(root / hidden)

@@ -6,7 +6,6 @@ Damage is reported, never repaired: each problem names the path and says what is
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import stat
 from pathlib import Path
@@ -18,58 +17,8 @@ from .errors import ArchiveError, InvalidNameError
 from .fs import CHUNK, check_name, fd_closing, hash_fd, open_dir, open_file, read_at, read_fd, walk
 from .layout import BOOT_JSON, HIDE_PREFIX, MANIFEST, MANIFEST_SCHEMA, encode_json
 from .rootdir import BootEntry, is_sealed, open_root, read_manifest, root_lock, scan
-
-
-@dataclasses.dataclass
-class Problem:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-@dataclasses.dataclass
-class VerifyReport:
-    root: str
-    problems: list[Problem] = dataclasses.field(default_factory=list)
-    sealed: list[str] = dataclasses.field(default_factory=list)
-    incomplete: list[str] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)
-    files_checked: int = 0
-    bytes_checked: int = 0
-    chain: list[str] = dataclasses.field(default_factory=list)  # sealed boots in chain (seal) order
-    # Incomplete boots that wait for expected files (join_boot): name -> present and missing ones.
-    expected: dict[str, dict[str, list[str]]] = dataclasses.field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def add(self, path: str | Path, message: str) -> None:
-        self.problems.append(Problem(str(path), message))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "root": self.root,
-            "problems": [dataclasses.asdict(p) for p in self.problems],
-            "sealed": self.sealed,
-            "incomplete": self.incomplete,
-            "chain": self.chain,
-            "notes": self.notes,
-            "files_checked": self.files_checked,
-            "bytes_checked": self.bytes_checked,
-            "expected": self.expected,
-        }
-
-
-@dataclasses.dataclass
-class _Sealed:
-    boot: BootEntry
-    raw: bytes | None
-    digest: str | None
-    manifest: dict[str, Any] | None  # None when unreadable or invalid
+from .verify_chain import SealedBoot, verify_chain
+from .verify_report import VerifyReport
 
 
 def verify(root: Path) -> VerifyReport:
@@ -82,17 +31,17 @@ def verify(root: Path) -> VerifyReport:
             records = read_prune_records(root_fd, root, listing.records)
             _report_prune_records(root, records, report)
             incomplete: list[BootEntry] = []
-            snapshot: list[_Sealed] = []
+            snapshot: list[SealedBoot] = []
             for boot in listing.boots:
                 if not is_sealed(root_fd, boot):
                     incomplete.append(boot)
                     continue
                 try:
                     raw, _ = read_manifest(root_fd, root, boot)
-                    snapshot.append(_Sealed(boot, raw, hashlib.sha256(raw).hexdigest(), None))
+                    snapshot.append(SealedBoot(boot, raw, hashlib.sha256(raw).hexdigest(), None))
                 except (OSError, ArchiveError) as exc:
                     report.add(root / boot.name / MANIFEST, f"unreadable manifest: {exc}")
-                    snapshot.append(_Sealed(boot, None, None, None))
+                    snapshot.append(SealedBoot(boot, None, None, None))
         report.incomplete = [b.name for b in incomplete]
         for name, kind in listing.other:
             if name.startswith(HIDE_PREFIX):
@@ -123,7 +72,7 @@ def verify(root: Path) -> VerifyReport:
                 _verify_incomplete(root_fd, root, boot, report)
             except (OSError, ArchiveError) as exc:
                 report.add(root / boot.name, f"cannot be read: {exc}")
-    _verify_chain(root, snapshot, pruned_boots(records), report)
+    verify_chain(root, snapshot, pruned_boots(records), report)
     return report
 
 
@@ -164,7 +113,7 @@ def _verify_incomplete(root_fd: int, root: Path, boot: BootEntry, report: Verify
 
 
 def _verify_sealed(
-    root_fd: int, root: Path, item: _Sealed, report: VerifyReport, buf: bytearray
+    root_fd: int, root: Path, item: SealedBoot, report: VerifyReport, buf: bytearray
 ) -> None:
     boot = item.boot
     if item.raw is None:
@@ -193,33 +142,49 @@ def _verify_sealed(
                 if manifest is not None:
                     report.add(shown, f"file is not in {MANIFEST} (added after the seal?)")
                 continue
-            if st.st_size != entry["size"]:
-                report.add(
-                    shown,
-                    f"size {st.st_size} bytes, {MANIFEST} says {entry['size']} "
-                    "(truncated or appended)",
-                )
-                continue
-            with fd_closing(open_file(dfd, leaf, shown)) as ffd:
-                if rel == BOOT_JSON:  # small, and read anyway: keep it for the expected files
-                    data = read_fd(ffd)
-                    size, digest = len(data), hashlib.sha256(data).hexdigest()
-                else:
-                    size, digest = hash_fd(ffd, buf)
-            report.files_checked += 1
-            report.bytes_checked += size
-            if size != entry["size"] or digest != entry["sha256"]:
-                report.add(
-                    shown,
-                    f"content differs from {MANIFEST}: SHA-256 {digest}, expected "
-                    f"{entry['sha256']}",
-                )
-            elif rel == BOOT_JSON:
+            data = _check_listed_file(shown, rel, (dfd, leaf, st), entry, report, buf)
+            if data is not None:
                 identity_raw = data
     for rel in sorted(set(listed) - seen):
         report.add(base + rel, f"listed in {MANIFEST} but missing")
     if identity_raw is not None:
         _check_expected_sealed(base, identity_raw, listed, report)
+
+
+def _check_listed_file(
+    shown: str,
+    rel: str,
+    found: tuple[int, str, Any],
+    entry: dict[str, Any],
+    report: VerifyReport,
+    buf: bytearray,
+) -> bytes | None:
+    """One file of a sealed boot against its manifest entry: its size, then every byte.
+    ``found`` is where ``walk`` found it (folder fd, name, stat). Returns boot.json's bytes when
+    they match (it is small and read anyway: its expected files are checked next)."""
+    dfd, leaf, st = found
+    if st.st_size != entry["size"]:
+        report.add(
+            shown,
+            f"size {st.st_size} bytes, {MANIFEST} says {entry['size']} (truncated or appended)",
+        )
+        return None
+    data = None
+    with fd_closing(open_file(dfd, leaf, shown)) as ffd:
+        if rel == BOOT_JSON:
+            data = read_fd(ffd)
+            size, digest = len(data), hashlib.sha256(data).hexdigest()
+        else:
+            size, digest = hash_fd(ffd, buf)
+    report.files_checked += 1
+    report.bytes_checked += size
+    if size != entry["size"] or digest != entry["sha256"]:
+        report.add(
+            shown,
+            f"content differs from {MANIFEST}: SHA-256 {digest}, expected {entry['sha256']}",
+        )
+        return None
+    return data
 
 
 def _check_expected_sealed(
@@ -282,80 +247,3 @@ def _check_manifest(
     for p in problems:
         report.add(mpath, p)
     return None if problems else doc
-
-
-def _verify_chain(
-    root: Path, snapshot: list[_Sealed], pruned: dict[str, dict[str, Any]], report: VerifyReport
-) -> None:
-    by_digest = {s.digest: s for s in snapshot if s.digest}
-    by_name = {s.boot.name: s for s in snapshot}
-    successors: dict[str, list[_Sealed]] = {}
-    starts: list[_Sealed] = []
-    for s in snapshot:
-        m = s.manifest
-        if m is None:
-            continue
-        mpath = root / s.boot.name / MANIFEST
-        prev, idx = m["previous"], m["chain_index"]
-        if prev is None:
-            if idx != 0:
-                report.add(mpath, f"chain_index is {idx} but there is no previous manifest")
-            starts.append(s)
-        elif prev in by_digest:
-            p = by_digest[prev]
-            successors.setdefault(prev, []).append(s)
-            if m["previous_boot"] != p.boot.name:
-                report.add(
-                    mpath,
-                    f"previous_boot says {m['previous_boot']!r} but the linked "
-                    f"manifest is {p.boot.name}'s",
-                )
-            if p.manifest is not None and idx != p.manifest["chain_index"] + 1:
-                report.add(
-                    mpath,
-                    f"chain_index {idx} does not follow {p.boot.name}'s "
-                    f"{p.manifest['chain_index']}",
-                )
-        elif prev in pruned:
-            rec = pruned[prev]
-            starts.append(s)
-            if m["previous_boot"] != rec["boot"] or idx != rec["chain_index"] + 1:
-                report.add(
-                    mpath,
-                    f"does not match the prune record of {rec['boot']} (chain index "
-                    f"{rec['chain_index']})",
-                )
-        else:
-            named = by_name.get(m["previous_boot"])
-            if named is not None:
-                report.add(
-                    root / named.boot.name / MANIFEST,
-                    f"changed after {s.boot.name} was sealed: its SHA-256 is "
-                    f"{named.digest}, {s.boot.name} recorded {prev}",
-                )
-            else:
-                report.add(
-                    mpath,
-                    f"previous boot {m['previous_boot']} (manifest {prev[:16]}...) "
-                    "is gone and no prune record covers it: a sealed boot was deleted",
-                )
-    for prev, succ in successors.items():
-        if len(succ) > 1:
-            report.add(
-                root / by_digest[prev].boot.name / MANIFEST,
-                f"chain forks here: {', '.join(x.boot.name for x in succ)} all link to it",
-            )
-    if len(starts) > 1:
-        report.add(
-            root,
-            f"the chain has {len(starts)} starts "
-            f"({', '.join(x.boot.name for x in starts)}); boots were removed from its "
-            "middle or sealed without the lock",
-        )
-    # Chain order for the report: walk from the start along single successors.
-    order, cur = [], starts[0] if len(starts) == 1 else None
-    while cur is not None and len(order) <= len(snapshot):
-        order.append(cur.boot.name)
-        nxt = successors.get(cur.digest or "", [])
-        cur = nxt[0] if len(nxt) == 1 else None
-    report.chain = order

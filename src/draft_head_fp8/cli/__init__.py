@@ -30,7 +30,7 @@ EXAMPLES = (
     "examples:\n"
     "  draft-head-fp8 demo                          # the whole product on tiny real models\n"
     "  draft-head-fp8 compare --target T --assistant A  # the same on your own pair\n"
-    "  draft-head-fp8 check ./gemma-4-31b-assistant # would the flag quantize this head?\n"
+    "  draft-head-fp8 check ./assistant             # would the flag quantize this head?\n"
     "  draft-head-fp8 archive verify                # every boot's proof intact?"
 )
 

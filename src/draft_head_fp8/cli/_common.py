@@ -1,7 +1,8 @@
 """What every subcommand shares: exit codes scripts can trust, one-line errors, help layout.
 
 Exit codes: 0 success / eligible / valid, 1 a failed validation or verification, 2 bad usage or
-input (missing folder, not Gemma 4, unreadable file), 3 ``check`` or ``compare``: not eligible.
+input (missing folder, no drafter this package serves, unreadable file), 3 ``check`` or
+``compare``: not eligible.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from draft_head_fp8.cli._common import (
     EXIT_INELIGIBLE,
@@ -14,6 +14,9 @@ from draft_head_fp8.cli._common import (
     mib,
 )
 from draft_head_fp8.settings import EXPERIMENT_ENV
+
+if TYPE_CHECKING:
+    from draft_head_fp8.preflight import CheckResult
 
 
 def add_parser(sub: Any) -> None:
@@ -84,21 +87,48 @@ def run(args: argparse.Namespace) -> int:
     sizes = planned_head_bytes(result)
     estimate = _estimate(args) if args.estimate else None
     if args.json:
-        report = {
-            "eligible": result.eligible,
-            "reason": result.reason,
-            "family": result.family.name,
-            "machine": result.machine,
-            "policy_reason": result.decision.reason,
-            "receipt_problems": result.receipt_problems,
-            "notes": result.notes,
-            "assistant": result.assistant,
-            "target": result.target,
-            "head_bytes": None if sizes is None else {"bf16": sizes[0], "fp8": sizes[1]},
-            "estimate": estimate,
-        }
-        print(json.dumps(report, indent=2))
+        print(json.dumps(_json_report(result, sizes, estimate), indent=2))
         return EXIT_OK if result.eligible else EXIT_INELIGIBLE
+    _print_facts(result)
+    if result.eligible:
+        saved = (
+            "" if sizes is None else f" ({mib(sizes[0])} -> {mib(sizes[1])} read per draft step)"
+        )
+        print(
+            f"verdict    eligible: with {EXPERIMENT_ENV}=1 the draft head is served in FP8{saved}"
+        )
+    else:
+        print(f"verdict    not eligible: {result.reason}")
+        print(
+            "           with the flag on, vLLM will refuse to start with this reason; "
+            "without it, the head stays BF16"
+        )
+    for note in result.notes:
+        print(f"note       {note}")
+    if estimate is not None:
+        print()
+        print(render_estimate(estimate))
+    return EXIT_OK if result.eligible else EXIT_INELIGIBLE
+
+
+def _json_report(result: CheckResult, sizes: tuple[int, int] | None, estimate: dict | None) -> dict:
+    return {
+        "eligible": result.eligible,
+        "reason": result.reason,
+        "family": result.family.name,
+        "machine": result.machine,
+        "policy_reason": result.decision.reason,
+        "receipt_problems": result.receipt_problems,
+        "notes": result.notes,
+        "assistant": result.assistant,
+        "target": result.target,
+        "head_bytes": None if sizes is None else {"bf16": sizes[0], "fp8": sizes[1]},
+        "estimate": estimate,
+    }
+
+
+def _print_facts(result: CheckResult) -> None:
+    """The drafter, the machine and the target, one line each, before the verdict."""
     a, family = result.assistant, result.family
     if family.shares_target_head:
         head = "the target's lm_head, shared"
@@ -121,25 +151,6 @@ def run(args: argparse.Namespace) -> int:
             f"target     {t['path']}: {t['model_type']}, hidden {t['hidden_size']}, "
             f"vocab {t['vocab_size']}, {t['dtype']}"
         )
-    if result.eligible:
-        saved = (
-            "" if sizes is None else f" ({mib(sizes[0])} -> {mib(sizes[1])} read per draft step)"
-        )
-        print(
-            f"verdict    eligible: with {EXPERIMENT_ENV}=1 the draft head is served in FP8{saved}"
-        )
-    else:
-        print(f"verdict    not eligible: {result.reason}")
-        print(
-            "           with the flag on, vLLM will refuse to start with this reason; "
-            "without it, the head stays BF16"
-        )
-    for note in result.notes:
-        print(f"note       {note}")
-    if estimate is not None:
-        print()
-        print(render_estimate(estimate))
-    return EXIT_OK if result.eligible else EXIT_INELIGIBLE
 
 
 def _estimate(args: argparse.Namespace) -> dict:

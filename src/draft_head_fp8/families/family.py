@@ -131,8 +131,8 @@ def config_value(config: Any, name: str, default: Any = None) -> Any:
 class Family:
     """One drafter family. Adding a family is one module in this package defining ``FAMILY``."""
 
-    name: str  # e.g. "gemma4-mtp": what `tiny-models --family` and receipts call it
-    title: str  # for people: "Gemma 4 MTP assistant"
+    name: str  # short and lower-case: what `tiny-models --family` and receipts call it
+    title: str  # for people: the model family and the kind of drafter
     # vLLM's drafter architecture(s) this family serves, each with the vLLM class it wraps.
     drafters: Mapping[str, str]
     speculative_method: str  # vLLM's speculative_config "method"

@@ -32,10 +32,10 @@ from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.exact_pick import guarantee
 from draft_head_fp8.families.family import AT_SHARE, DRAFT, Family
 from draft_head_fp8.policy import env_enabled
-from draft_head_fp8.selection import select_draft_head_method
 from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import announce_choices, announce_refusal
+from draft_head_fp8.vllm_plugin.selection import select_draft_head_method
 
 # Under "vllm." so that vLLM's own logging configuration shows it beside its lines.
 logger = init_logger(f"vllm.{__name__}")

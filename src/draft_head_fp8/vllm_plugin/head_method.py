@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,13 +41,25 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8Static
 
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.diagnostics import head_record
-from draft_head_fp8.fp8 import head_amax, quantize_per_tensor, tensor_sha256
+from draft_head_fp8.fp8 import QuantizedHead, head_amax, quantize_per_tensor, tensor_sha256
 from draft_head_fp8.layouts import LAYOUT_PLAIN
 from draft_head_fp8.rescore import rescore_top_k
 from draft_head_fp8.settings import BF16_FROM_NEVER
 from draft_head_fp8.vllm_plugin import batch_paths
 from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
+
+
+@dataclass(frozen=True)
+class _Made:
+    """A head's FP8 copy and what vouches for it, made side by side (``_hash_and_quantize``)."""
+
+    source_sha256: str  # of the loaded bytes, real rows only
+    checkpoint: dict | None  # the checkpoint tensor's hash record, None without a source
+    quantized: QuantizedHead
+    amax_local: float  # this rank's shard's amax (the scale uses the whole head's)
+    hashed: float  # perf_counter() once the loaded bytes were hashed
+    quantized_at: float  # ... and once they were quantized
 
 
 def _whole_head_amax(local: float, layer: torch.nn.Module) -> float:
@@ -177,6 +190,32 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         real = self.real_rows
         if real is None:  # not installed on a sharded head: all its real rows
             real = int(getattr(layer, "org_vocab_size", source.shape[0]))
+        made = self._hash_and_quantize(layer, source, real)
+        self._check_checkpoint(made)
+        self._install(layer, made.quantized, source)
+        paths = self._choose_paths(layer, source, bf16_layer)
+        layer._draft_head_fp8_done = True
+        done = time.perf_counter()
+        self.diagnostics = head_record(
+            source=source,
+            rows_hashed=real,
+            source_sha256=made.source_sha256,
+            checkpoint=made.checkpoint,
+            quantized=made.quantized,
+            kernel=type(self.fp8_linear).__name__,
+            vllm_default_kernel=self.kernel.vllm_default if self.kernel else None,
+            seconds={
+                "hash_source": made.hashed - started,
+                "quantize": made.quantized_at - made.hashed,
+                "total_with_checkpoint_hash": done - started,
+            },
+            weight_layout=self.weight_layout,
+            kernel_warning=self.kernel.warning if self.kernel else None,
+            amax_local=made.amax_local,
+            batch_paths=paths,
+        )
+
+    def _hash_and_quantize(self, layer: torch.nn.Module, source: torch.Tensor, real: int) -> _Made:
         # The checkpoint is hashed on a second thread (hashlib releases the GIL) while this one
         # hashes and quantizes the loaded bytes; nothing is installed until both hashes agree.
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -189,13 +228,22 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             quantized = quantize_per_tensor(source, amax=amax, real_rows=real)
             quantized_at = time.perf_counter()
             checkpoint = pending.result() if pending is not None else None
-        if checkpoint is not None and checkpoint["sha256"] != source_sha256:
+        return _Made(source_sha256, checkpoint, quantized, local_amax, hashed, quantized_at)
+
+    def _check_checkpoint(self, made: _Made) -> None:
+        checkpoint = made.checkpoint
+        if checkpoint is not None and checkpoint["sha256"] != made.source_sha256:
             rows = f" rows {checkpoint['rows']}" if checkpoint.get("rows") else ""
             raise HeadFp8EligibilityError(
                 f"draft head bytes do not match the {self.checkpoint_owner} checkpoint's "
-                f"{checkpoint['tensor']}{rows} ({checkpoint['file']}): sha256 {source_sha256} != "
-                f"{checkpoint['sha256']}; the head would be quantised from something else"
+                f"{checkpoint['tensor']}{rows} ({checkpoint['file']}): sha256 "
+                f"{made.source_sha256} != {checkpoint['sha256']}; the head would be quantised "
+                "from something else"
             )
+
+    def _install(
+        self, layer: torch.nn.Module, quantized: QuantizedHead, source: torch.Tensor
+    ) -> None:
         # A new Parameter, never a copy into the old one: the BF16 source is the draft embedding
         # (which the proposer is about to replace by the target's) or the target's own head, and
         # its bytes stay as loaded.
@@ -211,27 +259,6 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             self.rescore_rows = source
             if self.suppress_tokens:
                 self.suppressed = torch.tensor(self.suppress_tokens, device=source.device)
-        paths = self._choose_paths(layer, source, bf16_layer)
-        layer._draft_head_fp8_done = True
-        done = time.perf_counter()
-        self.diagnostics = head_record(
-            source=source,
-            rows_hashed=real,
-            source_sha256=source_sha256,
-            checkpoint=checkpoint,
-            quantized=quantized,
-            kernel=type(self.fp8_linear).__name__,
-            vllm_default_kernel=self.kernel.vllm_default if self.kernel else None,
-            seconds={
-                "hash_source": hashed - started,
-                "quantize": quantized_at - hashed,
-                "total_with_checkpoint_hash": done - started,
-            },
-            weight_layout=self.weight_layout,
-            kernel_warning=self.kernel.warning if self.kernel else None,
-            amax_local=local_amax,
-            batch_paths=paths,
-        )
 
     def _choose_paths(
         self, layer: torch.nn.Module, source: torch.Tensor, bf16_layer: torch.nn.Module | None

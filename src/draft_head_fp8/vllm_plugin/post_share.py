@@ -204,15 +204,13 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
     modules = _modules(drafter, armed, shared)
     head = modules.head
     method = head.quant_method
-    decision = drafter.head_decision
     rank, tp_size = int(getattr(head, "tp_rank", 0)), int(getattr(head, "tp_size", 1))
-    receipt = receipt_for_head(modules, decision=decision, phase=POST_SHARE)
-    rows_source = shared_head.rows_source(armed.plan.family)
+    receipt = receipt_for_head(modules, decision=drafter.head_decision, phase=POST_SHARE)
     pick = pick_record(
         method=method,
         modules=modules,
         draft_sample_method=armed.plan.draft_sample_method,
-        rows_source=rows_source,
+        rows_source=shared_head.rows_source(armed.plan.family),
     )
     failure = _first_failure(receipt, pick)
     target = modules.target
@@ -227,33 +225,11 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
     )
     # One boot per engine start, whatever the number of ranks: rank 0 names it.
     launch_id = armed.launch_id if tp_size == 1 else _exchange(armed.launch_id, tp_size)[0]
-    boot, not_archived = None, None
-    try:
-        boot = _join_boot(launch_id, tp_size)
-        _keep(boot, receipt_path(rank), receipt)
-        _keep(boot, diagnostics_path(rank), record)
-    except ProofNotKept as exc:
-        not_archived = exc  # raised below, once the other ranks have heard of it
-        failure = failure or str(exc)
+    boot, not_archived = _archive(launch_id, tp_size, rank, receipt, record)
+    if not_archived is not None:  # raised below, once the other ranks have heard of it
+        failure = failure or str(not_archived)
     if tp_size > 1:
-        # Each rank proved its own shard; together they must be one head. Every rank reaches
-        # this point, a failed one too, so no rank waits for another that already gave up.
-        mine = rank_summary(
-            rank=rank,
-            tp_size=tp_size,
-            failure=failure,
-            receipt=receipt,
-            scale=record["head"].get("scale"),
-            top_k=pick["top_k"],
-        )
-        summaries = _exchange(mine, tp_size)
-        problems = cross_rank_problems(summaries, tp_size)
-        if rank == 0 and boot is not None:
-            _keep(boot, RANKS_PATH, diagnostics.ranks_record(
-                tp_size=tp_size, summaries=summaries, problems=problems
-            ))  # fmt: skip
-        if problems and failure is None:
-            failure = "across ranks: " + "; ".join(problems)
+        failure = _cross_check(boot, rank, tp_size, failure, receipt, record, pick)
     if not_archived is not None:
         raise not_archived
     _seal(boot)
@@ -265,6 +241,52 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
     if armed.plan.family.head.when == AT_SHARE:
         for path, _ in drafter.named_modules(remove_duplicate=False):
             _proven[drafter.get_submodule(path) if path else drafter] = receipt_path(rank)
+    _announce_pass(receipt, rank, tp_size, method, pick, boot)
+
+
+def _archive(
+    launch_id: str, tp_size: int, rank: int, receipt: dict, record: dict
+) -> tuple[Any, ProofNotKept | None]:
+    """This rank's receipt and diagnostics, kept in the engine start's boot; the boot (None if
+    it could not be joined), and why the proof could not be kept, if it could not."""
+    boot = None
+    try:
+        boot = _join_boot(launch_id, tp_size)
+        _keep(boot, receipt_path(rank), receipt)
+        _keep(boot, diagnostics_path(rank), record)
+    except ProofNotKept as exc:
+        return boot, exc
+    return boot, None
+
+
+def _cross_check(
+    boot: Any, rank: int, tp_size: int, failure: str | None, receipt: dict, record: dict, pick: dict
+) -> str | None:
+    """Each rank proved its own shard; together they must be one head. Every rank reaches this
+    point, a failed one too, so no rank waits for another that already gave up. Returns this
+    rank's failure, else the ranks' disagreement (None: they agree)."""
+    mine = rank_summary(
+        rank=rank,
+        tp_size=tp_size,
+        failure=failure,
+        receipt=receipt,
+        scale=record["head"].get("scale"),
+        top_k=pick["top_k"],
+    )
+    summaries = _exchange(mine, tp_size)
+    problems = cross_rank_problems(summaries, tp_size)
+    if rank == 0 and boot is not None:
+        _keep(boot, RANKS_PATH, diagnostics.ranks_record(
+            tp_size=tp_size, summaries=summaries, problems=problems
+        ))  # fmt: skip
+    if problems and failure is None:
+        failure = "across ranks: " + "; ".join(problems)
+    return failure
+
+
+def _announce_pass(
+    receipt: dict, rank: int, tp_size: int, method: Any, pick: dict, boot: Any
+) -> None:
     logger.info(
         "draft-head-fp8: post-share receipt passed (%s, rank %d of %d): head %s on %s (%s, %s), "
         "weight %s %s; %s; %s; target head on %s; archived in %s",

@@ -27,9 +27,9 @@ from draft_head_fp8.evidence.diagnostics import describe_paths
 from draft_head_fp8.evidence.exact_pick import ROWS_FROM_DRAFT, ROWS_FROM_TARGET_HEAD, guarantee
 from draft_head_fp8.families.family import Family, draft_heads
 from draft_head_fp8.policy import env_enabled
-from draft_head_fp8.selection import select_draft_head_method
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import announce_choices
+from draft_head_fp8.vllm_plugin.selection import select_draft_head_method
 
 # Under "vllm." so that vLLM's own logging configuration shows it beside its lines.
 logger = init_logger(f"vllm.{__name__}")
