@@ -24,8 +24,8 @@ from draft_head_fp8 import (  # noqa: E402
 )
 from draft_head_fp8.evidence.snapshot import tensor_snapshot  # noqa: E402
 from draft_head_fp8.fp8 import quantize_per_tensor  # noqa: E402
-from tools import standins  # noqa: E402
-from tools.standins import (  # noqa: E402
+from tools import vllm_standins as standins  # noqa: E402
+from tools.vllm_standins import (  # noqa: E402
     Fp8PerTensorOnlineLinearMethod,
     TargetLM,
     UnquantizedEmbeddingMethod,

@@ -127,7 +127,7 @@ def _first(text: dict, names: tuple[str, ...]) -> object:
 def routed_bytes(config: dict, weights: Weights, tokens: int, who: str) -> tuple[float, str]:
     """The expert bytes ``tokens`` tokens read, and a note saying so."""
     text = _text(config)
-    # Each model family names these fields its own way (Gemma 4, Qwen, DeepSeek / GLM).
+    # Model configs name these fields two ways; either serves.
     experts = _first(text, ("num_experts", "n_routed_experts"))
     top_k = _first(text, ("top_k_experts", "num_experts_per_tok"))
     if not isinstance(experts, int) or not isinstance(top_k, int) or experts <= 0:
