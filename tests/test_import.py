@@ -45,6 +45,21 @@ def test_import_loads_neither_torch_nor_vllm():
     assert _heavy_modules_after("import draft_head_fp8") == []
 
 
+def test_import_loads_no_plugin_module():
+    # vLLM imports the package for the plugin's entry point in every process, flag off included:
+    # the flag-off engine test pins that no draft_head_fp8.vllm_plugin.* module is loaded then.
+    probe = (
+        "import draft_head_fp8.vllm_plugin, json, sys\n"
+        "print(json.dumps(sorted(m for m in sys.modules "
+        "if m.startswith('draft_head_fp8.vllm_plugin.'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
 def test_core_modules_load_neither_torch_nor_vllm():
     code = (
         "import draft_head_fp8\n"

@@ -46,3 +46,60 @@ def test_a_bad_kernel_setting_is_the_verdict_on_any_machine(shipped, monkeypatch
     assert not result.eligible
     assert result.receipt_problems == [NOT_A_KERNEL]
     assert result.reason == NOT_A_KERNEL
+
+
+# Every family's tiny checkpoints, as `check` sees them: from configs and headers alone.
+def _family_pair(name, tmp_path, **variants):
+    from draft_head_fp8.tiny import build
+
+    pair = build(name, tmp_path / name, **variants)
+    # An MTP family's drafter is its target's folder: `check TARGET` alone must do.
+    draft = pair.assistant
+    target = None if pair.assistant == pair.target else pair.target
+    return pair, draft, target
+
+
+@pytest.mark.parametrize(
+    "name", ["llama-eagle1", "mimo-mtp", "deepseek-v3-mtp", "glm45-mtp", "qwen3-next-mtp"]
+)
+def test_each_target_head_family_is_eligible_and_says_whose_head_it_copies(name, tmp_path):
+    pair, draft, target = _family_pair(name, tmp_path)
+    result = check_assistant(draft, target, machine=WITH_OP)
+    assert result.family.name == name and result.family.shares_target_head
+    assert result.eligible, result.reason
+    assert any("reads the target's lm_head" in note and "+50% of the head" in note
+               for note in result.notes)  # fmt: skip
+    assert not check_assistant(draft, target, machine=WITHOUT_OP).eligible
+
+
+def test_an_mtp_checkpoint_without_mtp_layers_is_refused_by_check(tmp_path):
+    import json
+
+    pair, draft, _ = _family_pair("mimo-mtp", tmp_path)
+    config = json.loads((pair.target / "config.json").read_text())
+    config["num_nextn_predict_layers"] = 0
+    (pair.target / "config.json").write_text(json.dumps(config))
+    result = check_assistant(draft, None, machine=WITH_OP)
+    assert not result.eligible
+    assert result.reason == (
+        "the checkpoint has no MTP layers (num_nextn_predict_layers is 0 or missing)"
+    )
+
+
+def test_a_plain_llama_folder_is_no_eagle_draft(tmp_path):
+    from draft_head_fp8.checkpoint import CheckpointError
+
+    pair, _, _ = _family_pair("llama-eagle1", tmp_path)
+    with pytest.raises(CheckpointError, match="is no drafter"):
+        check_assistant(pair.target, None, machine=WITH_OP)
+
+
+def test_a_tied_target_head_is_hashed_against_the_embedding(tmp_path):
+    from draft_head_fp8.checkpoint import has_tensor
+    from draft_head_fp8.families import by_name
+
+    pair, draft, target = _family_pair("llama-eagle1", tmp_path, tied_target=True)
+    assert not has_tensor(pair.target, "lm_head.weight")
+    head = by_name("llama-eagle1").head
+    assert head.tensor_for(tied=True) == "model.embed_tokens.weight"
+    assert check_assistant(draft, target, machine=WITH_OP).eligible

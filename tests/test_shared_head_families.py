@@ -156,3 +156,24 @@ def test_a_target_head_that_is_not_its_checkpoints_is_refused(tmp_path):
         run.stderr[-3000:]
     )
     assert not any("receipt" in p for p in tree(tmp_path / "archive"))
+
+
+def test_a_target_that_ties_its_head_to_its_embedding_is_served_from_those_rows(tmp_path):
+    """Llama 3.2-style: the target's head is its embedding. The private FP8 head is made from
+    those rows, hashed against ``model.embed_tokens.weight``; the pick reads them in place."""
+    pair = build("llama-eagle1", tmp_path / "pair", tied_target=True, seed=5)
+    run = serve(tmp_path, pair, flag=True, env=FP8_EVERYWHERE)
+    assert run.launch.ok, run.launch.tail(40)
+    facts = run.facts
+    assert facts["draft_agreement"]["agree"] == facts["draft_agreement"]["steps"] > 50
+    boots = Archive(run.archive).boots()
+    assert len(boots) == 1 and boots[0].status == "sealed"
+    receipt = json.loads(boots[0].read_bytes(receipt_path(0)))
+    diagnostics = json.loads(boots[0].read_bytes(diagnostics_path(0)))
+    assert receipt_verdict(receipt) is None
+    assert receipt["head_weight_is_target_embed"] is False
+    assert receipt["target_lm_head_weight"]["data_ptr"] == receipt["target_embed"]["data_ptr"]
+    embed = "model.embed_tokens.weight"
+    assert diagnostics["head"]["checkpoint"]["tensor"] == embed
+    assert diagnostics["head"]["source_sha256"] == tensor_bytes_sha256(pair.target, embed)["sha256"]
+    assert facts["after_generate"]["target_head_sha256"] == diagnostics["head"]["source_sha256"]

@@ -15,9 +15,20 @@ from draft_head_fp8.policy import (
     eligibility,
     env_enabled,
 )
-from draft_head_fp8.selection import select_draft_head_method
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # select_draft_head_method lives beside the head method it makes (vllm_plugin.selection), so
+    # it loads on first use: vLLM imports this package for the plugin's entry point in every
+    # process, and with the flag off no plugin module may load.
+    if name == "select_draft_head_method":
+        from draft_head_fp8.selection import select_draft_head_method
+
+        return select_draft_head_method
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "EXPERIMENT_ENV",
