@@ -13,8 +13,9 @@ from draft_head_fp8.evidence.diagnostics import describe_paths
 
 # Measured in the real engine at 1024 x 262144 (bench/real_size.py, docs/benchmarks.md).
 REAL_SIZE = (
-    "at 1024 x 262144 the FP8 head + pick took 0.36x the BF16 head's time per call at batch 1 "
-    "and 0.72x at batch 4 (real engine, 2-core AVX512-BF16 EPYC, docs/benchmarks.md)"
+    "at 1024 x 262144 the FP8 head + pick took 0.55x the BF16 head's time per call at batch 1 "
+    "and 0.60x at batch 4, and from 8 rows the BF16 rows served (real engine, measured on a "
+    "2-core AVX512-BF16 EPYC, not here: docs/benchmarks.md)"
 )
 
 
