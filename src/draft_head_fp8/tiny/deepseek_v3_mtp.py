@@ -62,7 +62,7 @@ def config(*, tied: bool):
         qk_rope_head_dim=64,
         qk_nope_head_dim=64,
         v_head_dim=64,
-        max_position_embeddings=512,
+        max_position_embeddings=2048,  # compare asks for 1024 by default
         rope_scaling=None,
         tie_word_embeddings=tied,
         pad_token_id=0,

@@ -54,7 +54,7 @@ def config(*, tied: bool):
         partial_rotary_factor=0.5,
         attention_bias=True,
         use_qk_norm=False,
-        max_position_embeddings=512,
+        max_position_embeddings=2048,  # compare asks for 1024 by default
         tie_word_embeddings=tied,
         pad_token_id=0,
         eos_token_id=1,

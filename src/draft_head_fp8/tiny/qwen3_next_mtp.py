@@ -58,7 +58,7 @@ def config(*, tied: bool):
         linear_num_value_heads=1,
         linear_key_head_dim=128,
         linear_value_head_dim=128,
-        max_position_embeddings=512,
+        max_position_embeddings=2048,  # compare asks for 1024 by default
         tie_word_embeddings=tied,
         pad_token_id=0,
         eos_token_id=1,
