@@ -70,7 +70,9 @@ def test_check_reads_no_weights(pairs, tmp_path):
     only_configs.mkdir()
     shutil.copy(pairs["dense"].assistant / "config.json", only_configs)
     proc = cli("check", str(only_configs))
-    assert proc.returncode == 0, proc.stderr
+    # Without vLLM's W8A16 op, the eligible head is refused for this CPU (exit 3), not for input.
+    assert proc.returncode == (0 if W8A16 else 3), proc.stderr
+    assert "verdict" in proc.stdout
 
 
 def test_check_fp16_serving_is_predicted_to_fail_the_receipt(pairs, tmp_path):

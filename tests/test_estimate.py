@@ -9,6 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from engine_support import W8A16
 
 from draft_head_fp8 import estimate
 
@@ -182,7 +183,8 @@ def cli(*args):
 def test_the_command_prints_the_model_with_the_result(dense_pair):
     target, helper, _ = dense_pair
     proc = cli(helper, "--target", target, "--estimate", "--bandwidth", "3350", "--json")
-    assert proc.returncode == 0, proc.stderr
+    # The estimate is printed whatever the verdict (exit 3 on a CPU without the W8A16 op).
+    assert proc.returncode == (0 if W8A16 else 3), proc.stderr
     report = json.loads(proc.stdout)["estimate"]
     step = estimate.step_bytes(target, helper, speculative_tokens=2, batch=1, rescore_k=8)
     assert report["bytes"]["step_bf16"] == step.bf16 and report["bytes"]["step_fp8"] == step.fp8

@@ -152,6 +152,7 @@ def kernel_config(rows, hidden=HIDDEN):
     )
 
 
+@needs_w8a16
 def test_a_cpu_with_the_w8a16_op_gets_the_packed_kernel(vllm_config):
     from vllm import _custom_ops as ops
 
@@ -166,7 +167,12 @@ def test_a_cpu_with_the_w8a16_op_gets_the_packed_kernel(vllm_config):
     assert choice.vllm_default  # what vLLM itself would pick is recorded, whatever it is
 
 
-@pytest.mark.parametrize("why", ["op missing", "op wrong", "rows not a multiple of 32"])
+@pytest.mark.parametrize(
+    "why",
+    # Where the op is missing, that is the reason whatever else: the other two need the op.
+    ["op missing", pytest.param("op wrong", marks=needs_w8a16),
+     pytest.param("rows not a multiple of 32", marks=needs_w8a16)],
+)  # fmt: skip
 def test_without_a_fast_fp8_path_the_cpu_head_is_refused_in_one_line(vllm_config, monkeypatch, why):
     from vllm import _custom_ops as ops
 
@@ -208,6 +214,7 @@ def test_the_slow_path_serves_only_when_asked_for_and_says_how_slow(vllm_config,
     assert "87x slower than the BF16 head" in choice.warning
 
 
+@needs_w8a16
 def test_the_packed_head_serves_exact_draft_tokens_from_the_checkpoint_rows(vllm_config):
     from draft_head_fp8.vllm_plugin.kernels import CPUFp8W8A16HeadKernel
 
