@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sysconfig
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,3 +197,48 @@ def deepseek_style_mtp_glue(seed: int, layer: int, hidden: int, *, tied: bool):
         return tensors
 
     return edit
+
+
+# What every target-head family's tiny config shares: small, the tokenizer's special ids, and
+# room for compare's default max-model-len (1024).
+SMALL_TEXT = dict(
+    vocab_size=2048,
+    hidden_size=128,
+    intermediate_size=256,
+    max_position_embeddings=2048,
+    **SPECIAL_IDS,
+)
+
+# The MoE of DeepSeek-style targets (DeepSeek-V3, GLM-4.5), at its smallest: a dense first layer,
+# then four routed experts (top-2) and a shared one, in one group.
+DEEPSEEK_STYLE_MOE = dict(
+    moe_intermediate_size=64,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    n_shared_experts=1,
+    first_k_dense_replace=1,
+    n_group=1,
+    topk_group=1,
+    routed_scaling_factor=1.0,
+    norm_topk_prob=True,
+)
+
+
+def build_mtp_target(
+    out: str | os.PathLike,
+    model: Any,
+    edit: Callable[[dict[str, Any]], dict[str, Any]],
+    **config_changes: Any,
+) -> TinyPair:
+    """A target checkpoint whose MTP layers ship inside it, in ``out/target``: ``model`` (a
+    transformers model) saved with a tokenizer, its tensors edited into the MTP layout, its
+    config told of them. Refuses a folder with files."""
+    out = Path(out)
+    target = empty_folder(out / "target")
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
+        tok_dir = Path(scratch) / "tokenizer"
+        train_tokenizer(tok_dir, model.config.vocab_size)
+        save_model(model, tok_dir, target)
+    rewrite_weights(target, edit)
+    update_config(target, **config_changes)
+    return TinyPair(target=target, assistant=target)

@@ -16,21 +16,16 @@ router bias needs ``topk_method="noaux_tc"``: the shapes below follow that.
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 from draft_head_fp8.tiny.common import (
+    DEEPSEEK_STYLE_MOE,
+    SMALL_TEXT,
     TinyPair,
+    build_mtp_target,
     deepseek_style_mtp_glue,
-    empty_folder,
-    rewrite_weights,
-    save_model,
-    train_tokenizer,
-    update_config,
 )
 
-VOCAB = 2048
-HIDDEN = 128
+HIDDEN = SMALL_TEXT["hidden_size"]
 LAYERS = 2  # the target's; layer LAYERS is the MTP block
 VARIANTS = {
     "tied_target": "a target whose head is tied to its embedding (served: hashed against it)",
@@ -41,33 +36,19 @@ def config(*, tied: bool):
     from transformers import DeepseekV3Config
 
     return DeepseekV3Config(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=256,
-        moe_intermediate_size=64,
+        **SMALL_TEXT,
+        **DEEPSEEK_STYLE_MOE,
         num_hidden_layers=LAYERS + 1,
         num_attention_heads=2,
         num_key_value_heads=2,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        n_shared_experts=1,
-        first_k_dense_replace=1,
-        n_group=1,
-        topk_group=1,
         topk_method="noaux_tc",
-        routed_scaling_factor=1.0,
-        norm_topk_prob=True,
         kv_lora_rank=512,
         q_lora_rank=None,
         qk_rope_head_dim=64,
         qk_nope_head_dim=64,
         v_head_dim=64,
-        max_position_embeddings=2048,  # compare asks for 1024 by default
         rope_scaling=None,
         tie_word_embeddings=tied,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
     )
 
 
@@ -76,16 +57,14 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
     import torch
     from transformers import DeepseekV3ForCausalLM
 
-    out = Path(out)
-    target = empty_folder(out / "target")
     torch.manual_seed(seed)
-    with tempfile.TemporaryDirectory(dir=out) as scratch:
-        tok_dir = Path(scratch) / "tokenizer"
-        train_tokenizer(tok_dir, VOCAB)
-        save_model(DeepseekV3ForCausalLM(config(tied=tied_target)), tok_dir, target)
-    rewrite_weights(target, deepseek_style_mtp_glue(seed, LAYERS, HIDDEN, tied=tied_target))
-    update_config(
-        target, architectures=["DeepseekV3ForCausalLM"], num_hidden_layers=LAYERS,
+    model = DeepseekV3ForCausalLM(config(tied=tied_target))
+    glue = deepseek_style_mtp_glue(seed, LAYERS, HIDDEN, tied=tied_target)
+    return build_mtp_target(
+        out,
+        model,
+        glue,
+        architectures=["DeepseekV3ForCausalLM"],
+        num_hidden_layers=LAYERS,
         num_nextn_predict_layers=1,
-    )  # fmt: skip
-    return TinyPair(target=target, assistant=target)
+    )

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from draft_head_fp8.tiny.common import (
+    SMALL_TEXT,
     Randoms,
     TinyPair,
     empty_folder,
@@ -24,8 +25,8 @@ from draft_head_fp8.tiny.common import (
     update_config,
 )
 
-VOCAB = 2048
-HIDDEN = 128
+VOCAB = SMALL_TEXT["vocab_size"]
+HIDDEN = SMALL_TEXT["hidden_size"]
 VARIANTS = {
     "tied_target": "a target whose head is tied to its embedding (served: hashed against it)",
 }
@@ -35,18 +36,12 @@ def config(layers: int, *, tied: bool = False):
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=256,
+        **SMALL_TEXT,
         num_hidden_layers=layers,
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=64,
-        max_position_embeddings=2048,  # compare asks for 1024 by default
         tie_word_embeddings=tied,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
         architectures=["LlamaForCausalLM"],
     )
 

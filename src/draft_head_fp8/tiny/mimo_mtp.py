@@ -12,22 +12,16 @@ Qwen2's) and named ``MiMoForCausalLM``; the MTP layer is a second Qwen2 decoder 
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 from draft_head_fp8.tiny.common import (
+    SMALL_TEXT,
     Randoms,
     TinyPair,
-    empty_folder,
+    build_mtp_target,
     move_layer,
-    rewrite_weights,
-    save_model,
-    train_tokenizer,
-    update_config,
 )
 
-VOCAB = 2048
-HIDDEN = 128
+HIDDEN = SMALL_TEXT["hidden_size"]
 LAYERS = 2  # the target's; the MTP layer is saved as one more and moved
 VARIANTS = {
     "tied_target": "a target whose head is tied to its embedding (served: hashed against it)",
@@ -38,17 +32,11 @@ def config(*, tied: bool):
     from transformers import Qwen2Config
 
     return Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=256,
+        **SMALL_TEXT,
         num_hidden_layers=LAYERS + 1,
         num_attention_heads=2,
         num_key_value_heads=1,
-        max_position_embeddings=2048,  # compare asks for 1024 by default
         tie_word_embeddings=tied,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
     )
 
 
@@ -71,19 +59,14 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
     import torch
     from transformers import Qwen2ForCausalLM
 
-    out = Path(out)
-    target = empty_folder(out / "target")
     torch.manual_seed(seed)
-    with tempfile.TemporaryDirectory(dir=out) as scratch:
-        tok_dir = Path(scratch) / "tokenizer"
-        train_tokenizer(tok_dir, VOCAB)
-        save_model(Qwen2ForCausalLM(config(tied=tied_target)), tok_dir, target)
-    rewrite_weights(target, _mtp_glue(seed))
-    update_config(
-        target,
+    model = Qwen2ForCausalLM(config(tied=tied_target))
+    return build_mtp_target(
+        out,
+        model,
+        _mtp_glue(seed),
         architectures=["MiMoForCausalLM"],
         num_hidden_layers=LAYERS,
         layer_types=["full_attention"] * LAYERS,  # transformers checks it against the count
         num_nextn_predict_layers=1,
     )
-    return TinyPair(target=target, assistant=target)

@@ -15,22 +15,16 @@ dimensions of 128, and its mamba cache cannot run prefix caching on a CPU (the f
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 from draft_head_fp8.tiny.common import (
+    SMALL_TEXT,
     Randoms,
     TinyPair,
-    empty_folder,
+    build_mtp_target,
     move_layer,
-    rewrite_weights,
-    save_model,
-    train_tokenizer,
-    update_config,
 )
 
-VOCAB = 2048
-HIDDEN = 128
+HIDDEN = SMALL_TEXT["hidden_size"]
 LAYER_TYPES = ["linear_attention", "full_attention"]  # the target's; then the MTP layer
 VARIANTS = {
     "tied_target": "a target whose head is tied to its embedding (served: hashed against it)",
@@ -41,9 +35,7 @@ def config(*, tied: bool):
     from transformers import Qwen3NextConfig
 
     return Qwen3NextConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=256,
+        **SMALL_TEXT,
         moe_intermediate_size=64,
         shared_expert_intermediate_size=64,
         num_experts=4,
@@ -58,11 +50,7 @@ def config(*, tied: bool):
         linear_num_value_heads=1,
         linear_key_head_dim=128,
         linear_value_head_dim=128,
-        max_position_embeddings=2048,  # compare asks for 1024 by default
         tie_word_embeddings=tied,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
     )
 
 
@@ -85,16 +73,13 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
     import torch
     from transformers import Qwen3NextForCausalLM
 
-    out = Path(out)
-    target = empty_folder(out / "target")
     torch.manual_seed(seed)
-    with tempfile.TemporaryDirectory(dir=out) as scratch:
-        tok_dir = Path(scratch) / "tokenizer"
-        train_tokenizer(tok_dir, VOCAB)
-        save_model(Qwen3NextForCausalLM(config(tied=tied_target)), tok_dir, target)
-    rewrite_weights(target, _mtp_glue(seed))
-    update_config(
-        target, num_hidden_layers=len(LAYER_TYPES), layer_types=LAYER_TYPES,
+    model = Qwen3NextForCausalLM(config(tied=tied_target))
+    return build_mtp_target(
+        out,
+        model,
+        _mtp_glue(seed),
+        num_hidden_layers=len(LAYER_TYPES),
+        layer_types=LAYER_TYPES,
         num_nextn_predict_layers=1,
-    )  # fmt: skip
-    return TinyPair(target=target, assistant=target)
+    )
