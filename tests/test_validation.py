@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 
 import pytest
+from contract_rows import CONSISTENCY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -179,21 +180,8 @@ MESSAGES = {
     "target head not FP8": "target LM head was routed to draft FP8 method",
     "target head BF16": "target LM head is not BF16",
     "target head unquantized": "target LM head is not on an unquantized method",
-    # The consistency rows: every field held against the others it must agree with.
-    "phase is post_share": "receipt phase is not post_share",
-    "role is draft": "receipt role is not draft",
-    "reason says eligible": "eligibility reason contradicts eligible",
-    "decision facts eligible": "receipt decision facts contradict eligible",
-    "draft embedding is the target's": "draft and target embedding snapshots are not one tensor",
-    "head storage its own": "head weight storage is an embedding's or the target LM head's",
-    "weight dtype exact": "head weight dtype is not torch.float8_e4m3fn",
-    "draft embedding dtype exact": "draft input embedding dtype is not torch.bfloat16",
-    "target embedding dtype exact": "target input embedding dtype is not torch.bfloat16",
-    "target head dtype exact": "target LM head dtype is not torch.bfloat16",
-    "numel = product of shape": "tensor snapshot numel is not the product of its shape",
-    "positive scalar is one element": (
-        "tensor snapshot says positive scalar but does not hold one element"
-    ),
+    # The consistency rows (contract_rows.py): every field held against the others.
+    **CONSISTENCY,
 }
 
 # check -> mutations that fail that check and nothing before it (from the valid fixture)

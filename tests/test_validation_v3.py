@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from contract_rows import CONSISTENCY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,20 +48,8 @@ MESSAGES = {
     "target head not FP8": "target LM head was routed to draft FP8 method",
     "target head BF16": "target LM head is not BF16",
     "target head unquantized": "target LM head is not on an unquantized method",
-    "phase is post_share": "receipt phase is not post_share",
-    "role is draft": "receipt role is not draft",
-    "reason says eligible": "eligibility reason contradicts eligible",
-    "decision facts eligible": "receipt decision facts contradict eligible",
-    "draft embedding is the target's": "draft and target embedding snapshots are not one tensor",
-    "head storage its own": "head weight storage is an embedding's or the target LM head's",
-    "weight dtype exact": "head weight dtype is not torch.float8_e4m3fn",
-    "draft embedding dtype exact": "draft input embedding dtype is not torch.bfloat16",
-    "target embedding dtype exact": "target input embedding dtype is not torch.bfloat16",
-    "target head dtype exact": "target LM head dtype is not torch.bfloat16",
-    "numel = product of shape": "tensor snapshot numel is not the product of its shape",
-    "positive scalar is one element": (
-        "tensor snapshot says positive scalar but does not hold one element"
-    ),
+    # The consistency rows (contract_rows.py): every field held against the others.
+    **CONSISTENCY,
     "weight layout known": "head weight layout is neither plain nor convert_weight_packed",
     "kernel reads the stored scale": "head kernel scale does not equal the stored per-tensor scale",
     "kernel scale is the stored scalar": (

@@ -37,14 +37,6 @@ def by_name(name: str) -> Family:
     raise KeyError(f"no drafter family {name!r} (known: {known})")
 
 
-def by_architecture(architecture: str) -> Family | None:
-    """The family serving vLLM's drafter architecture ``architecture``, if any."""
-    for family in all_families():
-        if architecture in family.drafters:
-            return family
-    return None
-
-
 def by_drafter_class(class_name: str) -> tuple[Family, str] | None:
     """(family, vLLM architecture) of vLLM's drafter class named ``class_name``."""
     for family in all_families():
@@ -63,4 +55,4 @@ def for_config(config: Any, folder: Path | None = None) -> Family | None:
     return None
 
 
-__all__ = ["Family", "all_families", "by_architecture", "by_drafter_class", "by_name"]
+__all__ = ["Family", "all_families", "by_drafter_class", "by_name"]

@@ -43,7 +43,7 @@ from draft_head_fp8.evidence.exact_pick import pick_record, validate_pick
 from draft_head_fp8.evidence.ranks import cross_rank_problems, rank_summary
 from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
 from draft_head_fp8.evidence.verdict import receipt_verdict
-from draft_head_fp8.families.family import AT_SHARE, Modules, is_head
+from draft_head_fp8.families.family import AT_SHARE, Modules, draft_heads, is_head
 from draft_head_fp8.vllm_plugin import shared_head
 from draft_head_fp8.vllm_plugin.plan import HeadPlan
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
@@ -87,7 +87,7 @@ def arm(drafter: torch.nn.Module, vllm_config: Any, plan: HeadPlan) -> None:
     install_hook()
     armed = _Armed(drafter, vllm_config, plan)
     if plan.family.head.when == AT_SHARE:
-        points = {("", "lm_head")} | {_split(path) for path, _ in shared_head.references(drafter)}
+        points = {("", "lm_head")} | {_split(path) for path, _ in draft_heads(drafter)}
     else:
         points = {("model", plan.family.share)}
     for owner, name in points:

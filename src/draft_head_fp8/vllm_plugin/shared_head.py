@@ -25,7 +25,7 @@ from draft_head_fp8.checkpoint import tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.diagnostics import describe_paths
 from draft_head_fp8.evidence.exact_pick import ROWS_FROM_DRAFT, ROWS_FROM_TARGET_HEAD, guarantee
-from draft_head_fp8.families.family import Family, draft_heads
+from draft_head_fp8.families.family import Family
 from draft_head_fp8.policy import env_enabled
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import announce_choices
@@ -38,11 +38,6 @@ logger = init_logger(f"vllm.{__name__}")
 def rows_source(family: Family) -> str:
     """What the exact pick's rows are: the drafter's own, or the target head's weight."""
     return ROWS_FROM_TARGET_HEAD if family.shares_target_head else ROWS_FROM_DRAFT
-
-
-def references(drafter: torch.nn.Module) -> tuple[tuple[str, Any], ...]:
-    """The drafter's heads before the share: vLLM replaces each of them by the target's."""
-    return draft_heads(drafter)
 
 
 def target_head_of(private: Any) -> Any:
