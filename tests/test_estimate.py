@@ -221,6 +221,20 @@ def test_mtp_layers_inside_the_target_are_the_drafts_body_not_the_targets(tmp_pa
     assert step.draft_head_bf16 == 2 * hidden * vocab * 2  # the target's head, per draft token
 
 
+def test_qwen35s_mtp_tensors_are_the_drafts_body_experts_routed(tmp_path):
+    from draft_head_fp8.tiny import build
+
+    pair = build("qwen35-mtp", tmp_path / "qwen35")
+    step = estimate.step_bytes(pair.target, pair.target, speculative_tokens=1, batch=1, rescore_k=8)
+    weights = estimate.read_weights(pair.target)
+    body = sum(v for k, v in weights.dense.items() if k.startswith("mtp."))
+    experts = sum(v for k, v in weights.experts.items() if k.startswith("mtp."))
+    assert body > 0 and experts > 0
+    # One token routes to top-2 of 4 experts: half the MTP layer's expert bytes.
+    assert step.draft_body == body + experts / 2
+    assert step.draft_head_bf16 == 128 * 2048 * 2
+
+
 def test_an_mtp_layers_copy_of_the_head_is_counted_once_as_the_draft_head(tmp_path):
     from draft_head_fp8.tiny import build
 

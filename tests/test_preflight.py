@@ -60,7 +60,8 @@ def _family_pair(name, tmp_path, **variants):
 
 
 @pytest.mark.parametrize(
-    "name", ["llama-eagle1", "mimo-mtp", "deepseek-v3-mtp", "glm45-mtp", "qwen3-next-mtp"]
+    "name",
+    ["llama-eagle1", "mimo-mtp", "deepseek-v3-mtp", "glm45-mtp", "qwen3-next-mtp", "qwen35-mtp"],
 )
 def test_each_target_head_family_is_eligible_and_says_whose_head_it_copies(name, tmp_path):
     pair, draft, target = _family_pair(name, tmp_path)
@@ -83,6 +84,33 @@ def test_an_mtp_checkpoint_without_mtp_layers_is_refused_by_check(tmp_path):
     assert not result.eligible
     assert result.reason == (
         "the checkpoint has no MTP layers (num_nextn_predict_layers is 0 or missing)"
+    )
+
+
+def test_a_qwen35_checkpoint_without_mtp_layers_is_refused_by_check(tmp_path):
+    # Qwen3.5 counts its MTP layers in mtp_num_hidden_layers (as vLLM reads them), not in
+    # num_nextn_predict_layers; a multimodal checkpoint keeps it in its text config.
+    import json
+
+    pair, draft, _ = _family_pair("qwen35-mtp", tmp_path)
+    path = pair.target / "config.json"
+    text = json.loads(path.read_text())
+    assert "num_nextn_predict_layers" not in text and text["mtp_num_hidden_layers"] == 1
+    multimodal = {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "model_type": "qwen3_5_moe",
+        "tie_word_embeddings": False,
+        "text_config": text,
+    }
+    path.write_text(json.dumps(multimodal))
+    result = check_assistant(draft, None, machine=WITH_OP)
+    assert result.family.name == "qwen35-mtp" and result.eligible, result.reason
+    text["mtp_num_hidden_layers"] = 0
+    path.write_text(json.dumps(multimodal))
+    result = check_assistant(draft, None, machine=WITH_OP)
+    assert not result.eligible
+    assert result.reason == (
+        "the checkpoint has no MTP layers (mtp_num_hidden_layers is 0 or missing)"
     )
 
 
