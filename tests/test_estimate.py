@@ -76,7 +76,8 @@ def dense_pair(tmp_path):
     hidden, layers, inter = 5376, 60, 21504
     tensors = {"model.language_model.embed_tokens.weight": ("BF16", [VOCAB, hidden]),
                "model.language_model.norm.weight": ("BF16", [hidden]),
-               "model.vision_tower.encoder.weight": ("BF16", [1152, 4304])}  # fmt: skip
+               "model.vision_tower.encoder.weight": ("BF16", [1152, 4304]),
+               "model.visual.blocks.0.mlp.linear_fc1.weight": ("BF16", [4304, 1152])}  # fmt: skip
     for i in range(layers):
         tensors.update(dense_layer(i, hidden, inter, 8192, 4096))
     text = {"hidden_size": hidden, "vocab_size": VOCAB, "num_hidden_layers": layers}
@@ -85,7 +86,7 @@ def dense_pair(tmp_path):
     target = write_checkpoint(tmp_path / "target", config, tensors)
     layer = (8192 * hidden * 2 + 4096 * hidden * 2 + inter * hidden * 3 + hidden) * BF16
     # By hand: every layer once, the final norm, and the tied embedding read whole as the head;
-    # the vision tower is not read to decode text.
+    # the vision towers (Gemma's and Qwen-VL's names) are not read to decode text.
     expected_target = layers * layer + hidden * BF16 + VOCAB * hidden * BF16
     return target, assistant(tmp_path, hidden), expected_target
 

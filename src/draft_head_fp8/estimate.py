@@ -32,7 +32,8 @@ H200_GBPS = 4800.0
 # Bytes per element as served: floating tensors are cast to BF16, others keep their size.
 _SERVED_BYTES = {"F32": 2, "F16": 2, "BF16": 2, "F64": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1,
                  "U8": 1, "I16": 2, "I32": 4, "I64": 8, "BOOL": 1}  # fmt: skip
-_NOT_DECODE = ("vision", "audio", "embed_vision", "embed_audio", "multi_modal")
+# Qwen-VL-style checkpoints (Qwen3.5, Qwen3-VL) name their tower ``model.visual.*``.
+_NOT_DECODE = ("vision", "visual", "audio", "embed_vision", "embed_audio", "multi_modal")
 
 
 class EstimateError(ValueError):
