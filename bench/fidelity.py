@@ -119,7 +119,8 @@ KS = (1, 2, 4, 8)
 class Picks:
     """Exact draft tokens: how often the BF16 head's token is among the FP8 top-k, and how often
     the exact pick (those k rescored from the BF16 rows, ``rescore_top_k``) is the BF16 head's
-    token (exactly, and up to ties in BF16)."""
+    token (exactly, and up to ties in BF16); and on how many rows the BF16 token was a candidate
+    and the exact pick still chose another (never, if the rescoring is exact)."""
 
     def __init__(self) -> None:
         self.rows = 0
@@ -127,6 +128,7 @@ class Picks:
         self.in_top = dict.fromkeys(KS, 0)
         self.pick = dict.fromkeys(KS, 0)
         self.pick_ties = dict.fromkeys(KS, 0)
+        self.missed_in_top = dict.fromkeys(KS, 0)
 
     def add(self, ref, fp8, x, w, keep=None) -> None:
         if keep is not None:  # metrics over the bulk rows: the others are never a candidate
@@ -136,9 +138,11 @@ class Picks:
         best, best_value = r.argmax(-1), r.max(-1).values
         self.plain += int((fp8.argmax(-1) == best).sum())
         for k in KS:
-            self.in_top[k] += int((fp8.topk(k, -1).indices == best[:, None]).any(-1).sum())
+            covered = (fp8.topk(k, -1).indices == best[:, None]).any(-1)
+            self.in_top[k] += int(covered.sum())
             got = rescore_top_k(fp8.clone(), x, w, k=k, valid_rows=w.shape[0]).argmax(-1)
             self.pick[k] += int((got == best).sum())
+            self.missed_in_top[k] += int((covered & (got != best)).sum())
             self.pick_ties[k] += int((r.gather(1, got[:, None]).squeeze(1) == best_value).sum())
         self.rows += int(ref.shape[0])
 
@@ -150,6 +154,7 @@ class Picks:
             "bf16_pick_in_fp8_top_k": {str(k): v / n for k, v in self.in_top.items()},
             "exact_pick": {str(k): v / n for k, v in self.pick.items()},
             "exact_pick_up_to_ties": {str(k): v / n for k, v in self.pick_ties.items()},
+            "exact_pick_missed_in_top_k_rows": {str(k): v for k, v in self.missed_in_top.items()},
         }
 
 
@@ -157,11 +162,16 @@ def fp8_exponent_stats(w_fp8: torch.Tensor, keep_rows: torch.Tensor | None = Non
     """How many weights land in e4m3fn's zero/subnormal range (exponent field 0), where the
     3-bit mantissa is no longer relative precision: the cost of a per-tensor scale."""
     raw = w_fp8.view(torch.uint8)
-    if keep_rows is not None:
-        raw = raw[keep_rows]
-    total = raw.numel()
-    exp_zero = int(((raw & 0x78) == 0).sum())
-    zero = int(((raw & 0x7F) == 0).sum())
+    rows = torch.arange(raw.shape[0]) if keep_rows is None else keep_rows.nonzero().squeeze(1)
+    total = exp_zero = zero = 0
+    # A bounded piece at a time: a whole-tensor bool ``sum`` goes through int64 (8 bytes per
+    # weight: 7.4 GB for a 129280 x 7168 head).
+    step = max(1, (1 << 24) // max(1, raw.shape[1]))
+    for start in range(0, rows.numel(), step):
+        piece = raw[rows[start : start + step]]
+        total += piece.numel()
+        exp_zero += int(torch.count_nonzero((piece & 0x78) == 0))
+        zero += int(torch.count_nonzero((piece & 0x7F) == 0))
     return {"fraction_subnormal_or_zero": exp_zero / total, "fraction_zero": zero / total}
 
 
