@@ -11,6 +11,9 @@ Bitwise reproducible for a fixed Python (its stdlib is the corpus), torch versio
 writes ``OUT/target`` and ``OUT/assistant`` (bf16 safetensors + config + the same byte-level BPE
 tokenizer ``draft_head_fp8.tiny.gemma4`` trains, saved exactly as ``tiny.save_model`` saves it) and
 ``OUT/training.json`` (what was done: corpus, split, steps, losses, an offline acceptance check).
+What is particular to a family (models, how they are saved, the draft replay) is a ``Recipe``:
+``GEMMA4`` here; ``tools/train_eagle_pair.py`` trains the Llama EAGLE-1 pair with the rest of this
+module.
 
 What is trained, and why it matches what vLLM runs
 --------------------------------------------------
@@ -409,10 +412,19 @@ def evaluate(recipe: Recipe, target, assistant, data: Data, eval_prompts: int) -
     """Held-out cross-entropy, KL and top-1 agreement, and the offline acceptance replay on
     ``eval_prompts`` held-out prompts (24 tokens each, 32 generated)."""
     evaluation = heldout_eval(target, assistant, data.heldout, replay=recipe.replay)
-    prompts = heldout_prompts(data.tokenizer, data.corpus, count=eval_prompts, prompt_tokens=24)
-    evaluation["offline_acceptance"] = offline_acceptance(
-        target, assistant, prompts, new_tokens=32, steps=DRAFT_STEPS, replay=recipe.replay
+    setup = {"prompts": eval_prompts, "prompt_tokens": 24, "new_tokens": 32}
+    prompts = heldout_prompts(
+        data.tokenizer, data.corpus, count=eval_prompts, prompt_tokens=setup["prompt_tokens"]
     )
+    evaluation["offline_acceptance"] = offline_acceptance(
+        target,
+        assistant,
+        prompts,
+        new_tokens=setup["new_tokens"],
+        steps=DRAFT_STEPS,
+        replay=recipe.replay,
+    )
+    evaluation["offline_acceptance_setup"] = setup
     return evaluation
 
 
