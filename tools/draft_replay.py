@@ -7,6 +7,7 @@ it follows vLLM.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from tools.corpus import EOS, PAD
@@ -137,6 +138,7 @@ def offline_acceptance(
     new_tokens: int,
     steps: int,
     heads: dict | None = None,
+    replay=None,
 ) -> dict:
     """Greedy speculative decoding simulated in torch, an estimate of what vLLM will measure: the
     target's greedy continuation of each prompt; a proposal after position ``i`` drafts ``steps``
@@ -147,8 +149,13 @@ def offline_acceptance(
 
     ``heads``: name -> draft head callable (None: the assistant's own ``lm_head``); all heads are
     replayed on the same continuations (a paired comparison) and a dict per name is returned.
-    Without ``heads``, the counters of the assistant's own head are returned directly."""
+    Without ``heads``, the counters of the assistant's own head are returned directly.
+
+    ``replay``: the module that computes the draft as vLLM does (``target_pass``,
+    ``unrolled_draft``); this one (Gemma 4 MTP) by default, ``tools.eagle_replay`` for EAGLE-1."""
     import torch
+
+    replay = replay or sys.modules[__name__]
 
     names = list(heads) if heads else ["lm_head"]
     counters = {
@@ -162,11 +169,11 @@ def offline_acceptance(
             if length <= len(prompt):
                 continue
             tokens = torch.tensor([seq + [PAD] * (steps + 1)])
-            tp = target_pass(target, tokens)
+            tp = replay.target_pass(target, tokens)
             queries = torch.arange(len(prompt) - 1, length - 1).unsqueeze(0)
             for name in names:
                 head = heads[name] if heads else None
-                logits, _ = unrolled_draft(
+                logits, _ = replay.unrolled_draft(
                     assistant, target, tokens, tp, steps, queries, teacher_forced=False, head=head
                 )
                 proposal = torch.stack(

@@ -11,6 +11,9 @@ Bitwise reproducible for a fixed Python (its stdlib is the corpus), torch versio
 writes ``OUT/target`` and ``OUT/assistant`` (bf16 safetensors + config + the same byte-level BPE
 tokenizer ``draft_head_fp8.tiny.gemma4`` trains, saved exactly as ``tiny.save_model`` saves it) and
 ``OUT/training.json`` (what was done: corpus, split, steps, losses, an offline acceptance check).
+What is particular to a family (models, how they are saved, the draft replay) is a ``Recipe``:
+``GEMMA4`` here; ``tools/train_eagle_pair.py`` trains the Llama EAGLE-1 pair with the rest of this
+module.
 
 What is trained, and why it matches what vLLM runs
 --------------------------------------------------
@@ -53,11 +56,14 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from draft_head_fp8.tiny import TinyPair, save_model, train_tokenizer
 from draft_head_fp8.tiny.gemma4 import VOCAB, assistant_config, new_pair_folders, target_config
+from tools import draft_replay
 from tools.corpus import (
     EOS,
     HELDOUT_EVERY,
@@ -68,13 +74,7 @@ from tools.corpus import (
     pack,
     stdlib_docstring_corpus,
 )
-from tools.draft_replay import (
-    DRAFT_STEPS,
-    TargetPass,
-    offline_acceptance,
-    target_pass,
-    unrolled_draft,
-)
+from tools.draft_replay import DRAFT_STEPS, TargetPass, offline_acceptance
 
 
 def distill_loss(draft_logits, queries, tp: TargetPass):
@@ -198,8 +198,19 @@ def train_target(target, data, schedule: Schedule, generator, deadline: float, l
 
 
 def train_assistant(
-    assistant, target, data, generated, schedule: Schedule, generator, deadline: float, log
+    assistant,
+    target,
+    data,
+    generated,
+    schedule: Schedule,
+    generator,
+    deadline: float,
+    log,
+    replay=draft_replay,
 ) -> dict:
+    """Distil ``assistant`` from the frozen ``target``; ``replay`` is the module that computes the
+    draft as vLLM does (``target_pass``, ``unrolled_draft``): ``tools.draft_replay`` for Gemma 4
+    MTP, ``tools.eagle_replay`` for Llama EAGLE-1."""
     import torch
 
     for p in target.parameters():
@@ -222,14 +233,14 @@ def train_assistant(
             break
         for g in opt.param_groups:
             g["lr"] = _lr(step, schedule.assistant_steps, schedule.assistant_lr, schedule.warmup)
-        tp = target_pass(target, batch)
+        tp = replay.target_pass(target, batch)
         queries = torch.randint(
             0,
             batch.shape[1] - DRAFT_STEPS,
             (batch.shape[0], schedule.queries_per_row),
             generator=generator,
         )
-        logits, queries = unrolled_draft(assistant, target, batch, tp, DRAFT_STEPS, queries)
+        logits, queries = replay.unrolled_draft(assistant, target, batch, tp, DRAFT_STEPS, queries)
         loss, agree = distill_loss(logits, queries, tp)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -265,7 +276,7 @@ def train_assistant(
     }
 
 
-def heldout_eval(target, assistant, data, batch: int = 16) -> dict:
+def heldout_eval(target, assistant, data, batch: int = 16, replay=draft_replay) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -275,7 +286,7 @@ def heldout_eval(target, assistant, data, batch: int = 16) -> dict:
         kls, agrees = [], []
         for start in range(0, rows.shape[0], batch):
             chunk = rows[start : start + batch]
-            tp = target_pass(target, chunk)
+            tp = replay.target_pass(target, chunk)
             ce.append(
                 float(
                     F.cross_entropy(
@@ -283,7 +294,7 @@ def heldout_eval(target, assistant, data, batch: int = 16) -> dict:
                     )
                 )
             )
-            logits, queries = unrolled_draft(assistant, target, chunk, tp, DRAFT_STEPS)
+            logits, queries = replay.unrolled_draft(assistant, target, chunk, tp, DRAFT_STEPS)
             kl, agree = distill_loss(logits, queries, tp)
             kls.append(float(kl))
             agrees.append(agree)
@@ -296,6 +307,127 @@ def heldout_eval(target, assistant, data, batch: int = 16) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """What differs between the trained pairs of two families; the rest (corpus, tokenizer, target
+    training, distillation loop, evaluation, record) is shared."""
+
+    prog: str
+    description: str
+    vocab: int
+    new_models: Callable  # () -> fp32 (target, assistant), right after torch.manual_seed(seed)
+    save: Callable  # (target, assistant, tokenizer_dir, pair) -> None: bf16, as vLLM loads it
+    evaluated: Callable  # (target, assistant, pair) -> (target, assistant): the saved bf16
+    # weights, as float32 models to evaluate
+    replay: ModuleType  # target_pass / unrolled_draft: the draft as vLLM computes it
+    schedule: dict = field(default_factory=dict)  # Schedule defaults of this pair
+    record: dict = field(default_factory=dict)  # extra fields of training.json
+
+
+def _gemma_models():
+    from transformers import Gemma4AssistantForCausalLM, Gemma4ForCausalLM
+
+    return Gemma4ForCausalLM(target_config()).float(), Gemma4AssistantForCausalLM(
+        assistant_config()
+    ).float()
+
+
+def _gemma_save(target, assistant, tok_dir: Path, pair: TinyPair) -> None:
+    save_model(target, tok_dir, pair.target)
+    save_model(assistant, tok_dir, pair.assistant)
+
+
+def _bf16_round_trip(target, assistant, pair: TinyPair):
+    import torch
+
+    return target.to(torch.bfloat16).float(), assistant.to(torch.bfloat16).float()
+
+
+GEMMA4 = Recipe(
+    prog="python -m tools.train_tiny_pair",
+    description="Train the tiny Gemma 4 target + MTP assistant pair on stdlib docstrings "
+    "(CPU, minutes).",
+    vocab=VOCAB,
+    new_models=_gemma_models,
+    save=_gemma_save,
+    evaluated=_bf16_round_trip,
+    replay=draft_replay,
+)
+
+
+@dataclass
+class Data:
+    tokenizer: object
+    corpus: object
+    train: object  # [N, SEQ_LEN] packed rows
+    heldout: object
+
+
+def prepare_data(tok_dir: Path, vocab: int, log) -> Data:
+    """The tokenizer (``tiny.train_tokenizer``, as every tiny builder trains it) into ``tok_dir``,
+    and the corpus, tokenized and packed."""
+    from transformers import AutoTokenizer
+
+    train_tokenizer(tok_dir, vocab)
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    corpus = stdlib_docstring_corpus()
+    data = Data(
+        tokenizer=tokenizer,
+        corpus=corpus,
+        train=pack(encode_documents(tokenizer, corpus.train)),
+        heldout=pack(encode_documents(tokenizer, corpus.heldout)),
+    )
+    log(
+        f"corpus: {len(corpus.train)} train docs ({corpus.train_modules} files, "
+        f"{data.train.numel()} tokens), {len(corpus.heldout)} held-out docs "
+        f"({corpus.heldout_modules} files, {data.heldout.numel()} tokens)"
+    )
+    return data
+
+
+def _train_both(recipe: Recipe, data: Data, schedule: Schedule, generator, deadline, log, clock):
+    """Target, then self-distillation rows, then the assistant. ``clock`` gets seconds per phase."""
+    target, assistant = recipe.new_models()
+    t0 = time.monotonic()
+    target_info = train_target(target, data.train, schedule, generator, deadline, log)
+    clock["target"] = round(time.monotonic() - t0, 1)
+    t0 = time.monotonic()
+    generated = self_distillation_rows(
+        target, data.train, rows=schedule.generated_rows, prompt_len=32, generator=generator
+    )
+    clock["self_distillation_data"] = round(time.monotonic() - t0, 1)
+    log(
+        f"self-distillation: {generated.shape[0]} greedy target continuations "
+        f"in {clock['self_distillation_data']:.1f}s"
+    )
+    t0 = time.monotonic()
+    assistant_info = train_assistant(
+        assistant, target, data.train, generated, schedule, generator, deadline, log, recipe.replay
+    )
+    clock["assistant"] = round(time.monotonic() - t0, 1)
+    return target, assistant, {"target": target_info, "assistant": assistant_info}
+
+
+def evaluate(recipe: Recipe, target, assistant, data: Data, eval_prompts: int) -> dict:
+    """Held-out cross-entropy, KL and top-1 agreement, and the offline acceptance replay on
+    ``eval_prompts`` held-out prompts (24 tokens each, 32 generated)."""
+    evaluation = heldout_eval(target, assistant, data.heldout, replay=recipe.replay)
+    setup = {"prompts": eval_prompts, "prompt_tokens": 24, "new_tokens": 32}
+    prompts = heldout_prompts(
+        data.tokenizer, data.corpus, count=eval_prompts, prompt_tokens=setup["prompt_tokens"]
+    )
+    evaluation["offline_acceptance"] = offline_acceptance(
+        target,
+        assistant,
+        prompts,
+        new_tokens=setup["new_tokens"],
+        steps=DRAFT_STEPS,
+        replay=recipe.replay,
+    )
+    evaluation["offline_acceptance_setup"] = setup
+    return evaluation
+
+
 def train_pair(
     out: str | os.PathLike,
     *,
@@ -304,13 +436,13 @@ def train_pair(
     threads: int | None = 1,
     eval_prompts: int = 8,
     log=print,
+    recipe: Recipe = GEMMA4,
 ) -> TinyPair:
     """Build the tokenizer, train the target then the assistant, save both (bf16) into
     ``out/target`` and ``out/assistant``, and write ``out/training.json``."""
     import torch
-    from transformers import AutoTokenizer, Gemma4AssistantForCausalLM, Gemma4ForCausalLM
 
-    schedule = schedule or Schedule()
+    schedule = schedule or Schedule(**recipe.schedule)
     out = Path(out)
     pair = new_pair_folders(out)
     if threads:
@@ -319,59 +451,36 @@ def train_pair(
     deadline = started + schedule.minutes * 60
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-
+    clock: dict = {}
     with tempfile.TemporaryDirectory(dir=out) as scratch:
         tok_dir = Path(scratch) / "tokenizer"
-        train_tokenizer(tok_dir, VOCAB)
-        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-        corpus = stdlib_docstring_corpus()
-        train_data = pack(encode_documents(tokenizer, corpus.train))
-        heldout_data = pack(encode_documents(tokenizer, corpus.heldout))
-        log(
-            f"corpus: {len(corpus.train)} train docs ({corpus.train_modules} files, "
-            f"{train_data.numel()} tokens), {len(corpus.heldout)} held-out docs "
-            f"({corpus.heldout_modules} files, {heldout_data.numel()} tokens)"
-        )
-        prep_s = time.monotonic() - started
-
+        data = prepare_data(tok_dir, recipe.vocab, log)
+        clock["corpus_and_tokenizer"] = round(time.monotonic() - started, 1)
         torch.manual_seed(seed)
-        target = Gemma4ForCausalLM(target_config()).float()
-        assistant = Gemma4AssistantForCausalLM(assistant_config()).float()
-        t0 = time.monotonic()
-        target_info = train_target(target, train_data, schedule, generator, deadline, log)
-        target_s = time.monotonic() - t0
-        t0 = time.monotonic()
-        generated = self_distillation_rows(
-            target, train_data, rows=schedule.generated_rows, prompt_len=32, generator=generator
+        target, assistant, trained = _train_both(
+            recipe, data, schedule, generator, deadline, log, clock
         )
-        generate_s = time.monotonic() - t0
-        log(
-            f"self-distillation: {generated.shape[0]} greedy target continuations "
-            f"in {generate_s:.1f}s"
-        )
-        t0 = time.monotonic()
-        assistant_info = train_assistant(
-            assistant, target, train_data, generated, schedule, generator, deadline, log
-        )
-        assistant_s = time.monotonic() - t0
+        recipe.save(target, assistant, tok_dir, pair)
+    # What vLLM will load: bf16. Evaluate that, not the fp32 training copy.
+    target, assistant = recipe.evaluated(target, assistant, pair)
+    t0 = time.monotonic()
+    evaluation = evaluate(recipe, target, assistant, data, eval_prompts)
+    clock["evaluation"] = round(time.monotonic() - t0, 1)
+    log(f"held-out: {json.dumps(evaluation)}")
+    clock["total"] = round(time.monotonic() - started, 1)
+    record = training_record(recipe, seed, threads, data, schedule, trained, evaluation, clock)
+    (out / "training.json").write_text(json.dumps(record, indent=2) + "\n")
+    return pair
 
-        # What vLLM will load: bf16. Evaluate that, not the fp32 training copy.
-        target = target.to(torch.bfloat16).float()
-        assistant = assistant.to(torch.bfloat16).float()
-        t0 = time.monotonic()
-        evaluation = heldout_eval(target, assistant, heldout_data)
-        prompts = heldout_prompts(tokenizer, corpus, count=eval_prompts, prompt_tokens=24)
-        evaluation["offline_acceptance"] = offline_acceptance(
-            target, assistant, prompts, new_tokens=32, steps=DRAFT_STEPS
-        )
-        eval_s = time.monotonic() - t0
-        log(f"held-out: {json.dumps(evaluation)}")
 
-        save_model(target, tok_dir, pair.target)
-        save_model(assistant, tok_dir, pair.assistant)
+def training_record(
+    recipe, seed, threads, data: Data, schedule: Schedule, trained, evaluation, clock
+) -> dict:
+    import torch
 
-    record = {
+    return {
         "schema": "draft-head-fp8-tiny-pair-training/v1",
+        **recipe.record,
         "seed": seed,
         "threads": threads,
         "torch": torch.__version__,
@@ -379,12 +488,12 @@ def train_pair(
         "corpus": {
             "source": "docstrings (module, classes, functions) of the Python standard library's "
             f"top-level .py files, read with ast; one file in {HELDOUT_EVERY} held out",
-            "train_documents": len(corpus.train),
-            "train_files": corpus.train_modules,
-            "train_tokens": int(train_data.numel()),
-            "heldout_documents": len(corpus.heldout),
-            "heldout_files": corpus.heldout_modules,
-            "heldout_tokens": int(heldout_data.numel()),
+            "train_documents": len(data.corpus.train),
+            "train_files": data.corpus.train_modules,
+            "train_tokens": int(data.train.numel()),
+            "heldout_documents": len(data.corpus.heldout),
+            "heldout_files": data.corpus.heldout_modules,
+            "heldout_tokens": int(data.heldout.numel()),
             "seq_len": SEQ_LEN,
         },
         "schedule": {
@@ -399,37 +508,24 @@ def train_pair(
             "self_distillation_rows": schedule.generated_rows,
             "minutes_cap": schedule.minutes,
         },
-        "target": target_info,
-        "assistant": assistant_info,
+        **trained,
         "evaluation_bf16_weights": evaluation,
-        "seconds": {
-            "corpus_and_tokenizer": round(prep_s, 1),
-            "target": round(target_s, 1),
-            "self_distillation_data": round(generate_s, 1),
-            "assistant": round(assistant_s, 1),
-            "evaluation": round(eval_s, 1),
-            "total": round(time.monotonic() - started, 1),
-        },
+        "seconds": clock,
         "history": schedule.history,
     }
-    (out / "training.json").write_text(json.dumps(record, indent=2) + "\n")
-    return pair
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tools.train_tiny_pair",
-        description="Train the tiny Gemma 4 target + MTP assistant pair on stdlib docstrings "
-        "(CPU, minutes).",
-    )
+def main(argv: list[str] | None = None, recipe: Recipe = GEMMA4) -> int:
+    defaults = Schedule(**recipe.schedule)
+    parser = argparse.ArgumentParser(prog=recipe.prog, description=recipe.description)
     parser.add_argument("out", help="output folder (gets target/, assistant/, training.json)")
     parser.add_argument(
         "--minutes", type=float, default=8.0, help="safety cap on the whole run (default 8)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target-steps", type=int, default=Schedule.target_steps)
-    parser.add_argument("--assistant-steps", type=int, default=Schedule.assistant_steps)
-    parser.add_argument("--batch", type=int, default=Schedule.batch)
+    parser.add_argument("--target-steps", type=int, default=defaults.target_steps)
+    parser.add_argument("--assistant-steps", type=int, default=defaults.assistant_steps)
+    parser.add_argument("--batch", type=int, default=defaults.batch)
     parser.add_argument(
         "--threads",
         type=int,
@@ -437,18 +533,21 @@ def main(argv: list[str] | None = None) -> int:
         help="torch threads (1 is fastest on a shared 2-core machine; results are bitwise "
         "reproducible for a fixed thread count)",
     )
-    parser.add_argument("--generated-rows", type=int, default=Schedule.generated_rows)
-    parser.add_argument("--queries-per-row", type=int, default=Schedule.queries_per_row)
+    parser.add_argument("--generated-rows", type=int, default=defaults.generated_rows)
+    parser.add_argument("--queries-per-row", type=int, default=defaults.queries_per_row)
     parser.add_argument("--eval-prompts", type=int, default=8)
     args = parser.parse_args(argv)
     schedule = Schedule(
-        target_steps=args.target_steps,
-        assistant_steps=args.assistant_steps,
-        batch=args.batch,
-        generated_rows=args.generated_rows,
-        queries_per_row=args.queries_per_row,
-        minutes=args.minutes,
-        log_every=max(1, min(50, args.target_steps // 10 or 1)),
+        **{
+            **recipe.schedule,
+            "target_steps": args.target_steps,
+            "assistant_steps": args.assistant_steps,
+            "batch": args.batch,
+            "generated_rows": args.generated_rows,
+            "queries_per_row": args.queries_per_row,
+            "minutes": args.minutes,
+            "log_every": max(1, min(50, args.target_steps // 10 or 1)),
+        }
     )
     pair = train_pair(
         args.out,
@@ -456,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         schedule=schedule,
         threads=args.threads,
         eval_prompts=args.eval_prompts,
+        recipe=recipe,
     )
     print(f"wrote {pair.target} and {pair.assistant}")
     return 0

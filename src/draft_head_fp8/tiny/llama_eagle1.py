@@ -1,7 +1,9 @@
 """Tiny real Llama EAGLE-1 checkpoints (family ``llama-eagle1``): a Llama target with an untied
 head, and an EAGLE-1 draft folder holding one decoder layer and ``fc`` and nothing else (no
 embedding, no head: vLLM shares both from the target), bf16 safetensors plus a tokenizer trained
-here, built in seconds and without any network. Random weights.
+here, built in seconds and without any network. Random weights; the trained pair that ships with
+the package is ``tiny.shipped_pair("llama-eagle1")``, made by ``tools/train_eagle_pair.py`` from
+these configs and saved by ``save_draft``.
 
 The draft is saved as transformers writes a one-layer ``LlamaForCausalLM``, then cut to what
 vLLM's ``EagleLlamaForCausalLM.load_weights`` reads: ``layers.0.*`` (no input norm) and
@@ -46,10 +48,10 @@ def config(layers: int, *, tied: bool = False):
     )
 
 
-def _draft_tensors(seed: int):
-    rand = Randoms(seed)
-
+def _draft_tensors(fc_weight):
     def edit(tensors: dict) -> dict:
+        import torch
+
         # EAGLE-1's first layer takes the fused input as it is: vLLM builds it without an input
         # norm, and refuses a checkpoint that has one.
         kept = {
@@ -57,10 +59,20 @@ def _draft_tensors(seed: int):
             for k, v in tensors.items()
             if ".layers.0." in k and "input_layernorm" not in k
         }
-        kept["fc.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
+        kept["fc.weight"] = fc_weight.detach().to(torch.bfloat16)
         return kept
 
     return edit
+
+
+def save_draft(model, fc_weight, tokenizer_dir: Path, folder: Path) -> None:
+    """Write an EAGLE-1 draft into ``folder``: ``model`` (a one-layer ``LlamaForCausalLM`` of
+    ``config(1)`` whose layer 0 is the draft's) saved as transformers writes it, then cut to what
+    vLLM reads: ``layers.0.*`` without the input norm, and ``fc.weight`` (``[hidden, 2 * hidden]``,
+    applied to ``cat(embedding, target hidden state)``), bf16."""
+    save_model(model, tokenizer_dir, folder)
+    rewrite_weights(folder, _draft_tensors(fc_weight))
+    update_config(folder, tie_word_embeddings=False)
 
 
 def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:
@@ -77,7 +89,6 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
         tok_dir = Path(scratch) / "tokenizer"
         train_tokenizer(tok_dir, VOCAB)
         save_model(LlamaForCausalLM(config(2, tied=tied_target)), tok_dir, pair.target)
-        save_model(LlamaForCausalLM(config(1)), tok_dir, pair.assistant)
-    rewrite_weights(pair.assistant, _draft_tensors(seed))
-    update_config(pair.assistant, tie_word_embeddings=False)
+        draft = LlamaForCausalLM(config(1))
+        save_draft(draft, Randoms(seed).normal(HIDDEN, 2 * HIDDEN), tok_dir, pair.assistant)
     return pair
