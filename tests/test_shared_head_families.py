@@ -15,23 +15,36 @@ import json
 import textwrap
 
 import pytest
-from engine_support import FP8_EVERYWHERE, KERNEL, W8A16, serve, stored_shape, tree
+from engine_support import FP8_EVERYWHERE, KERNEL, W8A16, family_env, serve, stored_shape, tree
 
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.checkpoint import has_tensor, tensor_bytes_sha256
-from draft_head_fp8.evidence import diagnostics_path, receipt_path
+from draft_head_fp8.evidence import RANKS_PATH, diagnostics_path, receipt_path
 from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.families import all_families
 from draft_head_fp8.families.family import TARGET
-from draft_head_fp8.tiny import build
+from draft_head_fp8.tiny import SHIPPED, build, shipped_pair
+from draft_head_fp8.tiny.common import update_config
 
 pytestmark = pytest.mark.engine
+TP2 = ("--tensor-parallel-size", "2")
 SHARED = [f for f in all_families() if f.shares_target_head]
 
 
 class Runs:
-    def __init__(self, family, pair, off, on) -> None:
-        self.family, self.pair, self.off, self.on = family, pair, off, on
+    def __init__(self, family, pair, off, on, root) -> None:
+        self.family, self.pair, self.off, self.on, self.root = family, pair, off, on, root
+        self._tp2 = None
+
+    @property
+    def tp2(self):
+        """Flag on at tensor parallel 2 (two real worker processes), run when first asked."""
+        if self._tp2 is None:
+            (self.root / "tp2").mkdir()
+            env = family_env(self.family.name, FP8_EVERYWHERE)
+            self._tp2 = serve(self.root / "tp2", self.pair, flag=True, env=env, args=TP2)
+            assert self._tp2.launch.ok, self._tp2.launch.tail(40)
+        return self._tp2
 
     def archived(self) -> tuple:
         boots = Archive(self.on.archive).boots()
@@ -50,13 +63,16 @@ class Runs:
 def runs(request, tmp_path_factory):
     family = next(f for f in SHARED if f.name == request.param)
     root = tmp_path_factory.mktemp(family.name)
-    pair = build(family.name, root / "pair")
+    # A family with a trained pair runs it (drafts get accepted); the others, random weights.
+    pair = (
+        shipped_pair(family.name) if family.name in SHIPPED else build(family.name, root / "pair")
+    )
     (root / "off").mkdir(), (root / "on").mkdir()
-    off = serve(root / "off", pair, flag=False)
-    on = serve(root / "on", pair, flag=True, env=FP8_EVERYWHERE)
+    off = serve(root / "off", pair, flag=False, env=family_env(family.name))
+    on = serve(root / "on", pair, flag=True, env=family_env(family.name, FP8_EVERYWHERE))
     assert off.launch.ok, off.launch.tail(40)
     assert on.launch.ok, on.launch.tail(40)
-    return Runs(family, pair, off, on)
+    return Runs(family, pair, off, on, root)
 
 
 def test_every_draft_token_is_the_bf16_heads_and_vllm_counts_the_same(runs):
@@ -66,6 +82,10 @@ def test_every_draft_token_is_the_bf16_heads_and_vllm_counts_the_same(runs):
     assert on["spec_decode"] == off["spec_decode"]
     assert on["spec_decode"]["num_draft_tokens"] > 50
     assert on["texts"] == off["texts"] and on["token_ids"] == off["token_ids"]
+    if runs.family.name in SHIPPED:  # trained: the equal counters count accepted drafts
+        assert (
+            on["spec_decode"]["num_accepted_tokens"] > 0.2 * on["spec_decode"]["num_draft_tokens"]
+        )
 
 
 def test_a_private_fp8_head_serves_every_drafter_reference(runs):
@@ -123,6 +143,33 @@ def test_the_proof_is_archived_and_the_pick_reads_the_target_heads_rows(runs):
     assert runs.family.head.folder == TARGET
 
 
+def test_at_tp2_each_rank_serves_its_shard_of_the_target_head_in_fp8(runs):
+    """Each rank makes its private FP8 head from its own vocab shard of the target's head, hashed
+    against those rows of the checkpoint; the ranks check each other; one boot holds them all."""
+    tp2 = runs.tp2
+    agreement = tp2.facts["draft_agreement"]
+    assert agreement["steps"] > 50 and agreement["agree"] == agreement["steps"]
+    (boot,) = Archive(tp2.archive).boots()
+    assert boot.status == "sealed" and Archive(tp2.archive).verify().ok
+    vocab = runs.on.facts["after_start"]["receipt"]["draft_config_vocab_size"]
+    for rank in (0, 1):
+        receipt = json.loads(boot.read_bytes(receipt_path(rank)))
+        head = json.loads(boot.read_bytes(diagnostics_path(rank)))["head"]
+        assert receipt_verdict(receipt) is None
+        assert (receipt["tp_rank"], receipt["tp_size"]) == (rank, 2)
+        rows = [rank * vocab // 2, (rank + 1) * vocab // 2]
+        assert receipt["head_vocab_range"] == head["checkpoint"]["rows"] == rows
+        assert head["provenance_verified"] and head["source_sha256"] == head["checkpoint"]["sha256"]
+        # The target's shard on this rank: the checkpoint's rows, unchanged by serving.
+        started, generated = (
+            tp2.facts[k][rank] for k in ("after_start_ranks", "after_generate_ranks")
+        )
+        assert started["target_head_sha256"] == generated["target_head_sha256"]
+        assert started["target_head_sha256"] == head["checkpoint"]["sha256"]
+    ranks = json.loads(boot.read_bytes(RANKS_PATH))
+    assert ranks["passed"] and ranks["problems"] == [] and ranks["tp_size"] == 2
+
+
 # The target's head, changed by one value after vLLM loaded it: what the drafter would be handed
 # is not the checkpoint's head. Planted in every process of the engine at interpreter start.
 PLANT = textwrap.dedent(
@@ -177,3 +224,36 @@ def test_a_target_that_ties_its_head_to_its_embedding_is_served_from_those_rows(
     assert diagnostics["head"]["checkpoint"]["tensor"] == embed
     assert diagnostics["head"]["source_sha256"] == tensor_bytes_sha256(pair.target, embed)["sha256"]
     assert facts["after_generate"]["target_head_sha256"] == diagnostics["head"]["source_sha256"]
+
+
+# Heads the flag must not serve, each refused at start-up with its one exact reason, on every
+# rank, before any receipt exists. EAGLE-1 drafts are the quickest family to start.
+REFUSALS = {
+    "float32": (
+        {},
+        ("--dtype", "float32"),
+        "target LM head is float32, not BF16: its FP8 draft copy and the exact pick are made from "
+        "BF16 rows (serve with --dtype bfloat16)",
+    ),
+    # A draft config that names a vocabulary of its own (EAGLE-3 style): the head it would read
+    # is not the target's, so it is not this head.
+    "own vocabulary": (
+        {"draft_vocab_size": 1024},
+        (),
+        "draft head over its own vocabulary (1024 of the target's 2048 tokens, EAGLE-3 style) is "
+        "outside this prototype",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_a_head_the_flag_must_not_serve_is_refused_at_start_up(tmp_path, case):
+    fields, args, reason = REFUSALS[case]
+    pair = build("llama-eagle1", tmp_path / "pair", seed=6)
+    if fields:
+        update_config(pair.assistant, **fields)
+    run = serve(tmp_path, pair, flag=True, args=args).launch
+    assert run.returncode != 0 and run.facts is None
+    lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
+    assert lines and reason in lines[0], run.stderr[-3000:]
+    assert not any("receipt" in p for p in tree(tmp_path / "archive"))

@@ -47,8 +47,9 @@ def config(*, tied: bool):
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=64,
-        linear_num_key_heads=1,
-        linear_num_value_heads=1,
+        # Two of each, so that tensor parallel 2 can split them (vLLM divides them by TP).
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
         linear_key_head_dim=128,
         linear_value_head_dim=128,
         tie_word_embeddings=tied,

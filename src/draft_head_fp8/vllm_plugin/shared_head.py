@@ -52,6 +52,9 @@ def make_private_head(
     tied = getattr(shared, "weight", None) is getattr(
         getattr(getattr(target, "model", None), "embed_tokens", None), "weight", None
     )
+    # The drafter's own vocabulary (EAGLE-3 style), if its config names one: then the head it
+    # reads is not the target's, and this is not the head to serve.
+    inputs = plan.family.policy_inputs(drafter.config)
     with set_current_vllm_config(vllm_config):
         method, decision = select_draft_head_method(
             layer=shared,
@@ -65,6 +68,8 @@ def make_private_head(
             model_dtype=plan.serving_dtype,
             shared_target_head=True,
             head_quant_method=type(getattr(shared, "quant_method", None)).__name__,
+            draft_vocab_size=inputs["draft_vocab_size"],
+            vocab_size=inputs["vocab_size"],
         )
         drafter.head_decision = decision
         if getattr(shared, "bias", None) is not None:
