@@ -257,3 +257,16 @@ def test_a_head_the_flag_must_not_serve_is_refused_at_start_up(tmp_path, case):
     lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
     assert lines and reason in lines[0], run.stderr[-3000:]
     assert not any("receipt" in p for p in tree(tmp_path / "archive"))
+
+
+def test_a_drafter_no_family_serves_is_refused_not_served_silently(tmp_path):
+    """An EAGLE-3 draft (its own head over its own vocabulary): vLLM would build it with its BF16
+    head and no receipt. With the flag on it stops start-up as vLLM builds the drafter."""
+    pair = build("llama-eagle1", tmp_path / "pair", seed=8)
+    update_config(pair.assistant, architectures=["Eagle3LlamaForCausalLM"], draft_vocab_size=1024)
+    run = serve(tmp_path, pair, flag=True, args=("--speculative-method", "eagle3")).launch
+    assert run.returncode != 0 and run.facts is None
+    lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
+    assert lines, run.stderr[-3000:]
+    assert "Eagle3LlamaForCausalLM is not a drafter this package serves" in lines[0]
+    assert not any("receipt" in p for p in tree(tmp_path / "archive"))

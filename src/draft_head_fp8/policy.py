@@ -257,6 +257,19 @@ def slow_cpu_refusal(missing: str) -> str:
     )
 
 
+UNSERVED_DRAFTER = "is not a drafter this package serves"
+
+
+def unserved_drafter(architecture: str, served: list[str]) -> str:
+    """Why the flag refuses a drafter no family serves (EAGLE-3, DFlash, other MTP models): with
+    the flag on, the user asked for a proven FP8 head, and this drafter would silently serve its
+    BF16 head with no receipt."""
+    return (
+        f"{architecture} {UNSERVED_DRAFTER} (its head would serve in BF16, with no receipt); "
+        f"served: {', '.join(sorted(served))}; unset {EXPERIMENT_ENV} to serve it as vLLM does"
+    )
+
+
 def bf16_from_measured(measured: list[tuple[int, float, float]]) -> int | None:
     """From how many rows per call the BF16 head should serve instead of the FP8 head + pick,
     given ``(rows, fp8_seconds, bf16_seconds)`` measured on this head: the smallest measured

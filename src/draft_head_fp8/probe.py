@@ -82,6 +82,7 @@ def _start_engine(
     kv_cache_memory_bytes: int | None,
     gpu_memory_utilization: float | None,
     enforce_eager: bool,
+    speculative_method: str | None = None,
 ) -> tuple[Any, float]:
     """vLLM on the target and its drafter, with the probe's worker extension; and the seconds
     the engine took to start."""
@@ -92,8 +93,12 @@ def _start_engine(
     from draft_head_fp8.checkpoint import read_config
 
     family = families.for_config(read_config(assistant), Path(assistant))
-    if family is None:
-        raise SystemExit(f"{assistant}: not a drafter of any family this package knows")
+    if family is None and speculative_method is None:
+        raise SystemExit(
+            f"{assistant}: not a drafter of any family this package knows "
+            "(--speculative-method names vLLM's method for one it does not)"
+        )
+    cpu_options = family.cpu_engine_options if family and current_platform.is_cpu() else {}
     started = time.perf_counter()
     options: dict[str, Any] = {}
     if kv_cache_memory_bytes:
@@ -103,7 +108,7 @@ def _start_engine(
     llm = LLM(
         model=target,
         speculative_config={
-            "method": family.speculative_method,
+            "method": speculative_method or family.speculative_method,
             "model": assistant,
             "num_speculative_tokens": speculative_tokens,
         },
@@ -116,7 +121,7 @@ def _start_engine(
         seed=0,
         disable_log_stats=False,
         worker_extension_cls="draft_head_fp8.worker_probe.WorkerProbe",
-        **(family.cpu_engine_options if current_platform.is_cpu() else {}),
+        **cpu_options,
         **options,
     )
     return llm, time.perf_counter() - started
@@ -138,6 +143,7 @@ def run(
     gpu_memory_utilization: float | None = None,
     enforce_eager: bool = True,
     batch_sizes: tuple[int, ...] = (),
+    speculative_method: str | None = None,
 ) -> dict:
     """``prompts``: texts, or token id lists (given to vLLM as ``TokensPrompt``)."""
     from vllm import SamplingParams
@@ -152,6 +158,7 @@ def run(
         kv_cache_memory_bytes=kv_cache_memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization,
         enforce_eager=enforce_eager,
+        speculative_method=speculative_method,
     )
     after_start = llm.collective_rpc("probe_observe")
     llm.collective_rpc("probe_time_draft_head")
@@ -236,6 +243,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens")
     p.add_argument("--max-tokens", type=int, default=24)
     p.add_argument("--speculative-tokens", type=int, default=2)
+    p.add_argument(
+        "--speculative-method",
+        default=None,
+        help="vLLM's method (e.g. eagle3) for a drafter no family knows; default: the family's",
+    )
     p.add_argument("--draft-agreement", action="store_true")
     p.add_argument("--tensor-parallel-size", type=int, default=1)
     p.add_argument("--max-model-len", type=int, default=256)
@@ -275,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=not args.no_eager,
         batch_sizes=tuple(args.batch_sizes),
+        speculative_method=args.speculative_method,
     )
     Path(args.out).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
     return 0

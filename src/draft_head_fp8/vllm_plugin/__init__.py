@@ -3,7 +3,8 @@ every process it starts (API server, engine core, workers).
 
 With the experiment flag unset it returns before importing anything: vLLM behaves byte for byte
 as if this package were not installed. With it set, every drafter architecture of every family
-(``draft_head_fp8.families``) is served by this package's class for it, named lazily: no vLLM
+(``draft_head_fp8.families``) is served by this package's class for it, and every other drafter
+architecture vLLM knows by a class that refuses to start (``unserved``), named lazily: no vLLM
 model file is imported until vLLM builds that drafter.
 """
 
@@ -29,11 +30,14 @@ def register() -> None:
     from vllm import ModelRegistry
 
     from draft_head_fp8.families import all_families
-    from draft_head_fp8.vllm_plugin import post_share
+    from draft_head_fp8.vllm_plugin import post_share, unserved
 
     # The target is built before the drafter, so the watch for its lm_head must be on first.
     post_share.install_hook()
     for family in all_families():
         for architecture, vllm_class in family.drafters.items():
             ModelRegistry.register_model(architecture, registry_entry(vllm_class))
+    # Every other drafter vLLM knows refuses to start: the flag would otherwise be ignored.
+    for architecture in unserved.architectures():
+        ModelRegistry.register_model(architecture, unserved.registry_entry(architecture))
     _registered = True

@@ -44,6 +44,13 @@ def target_head_of(private: Any) -> Any:
     return getattr(private.quant_method, "target_head", None)
 
 
+def _vocabularies(plan: HeadPlan, drafter: torch.nn.Module) -> dict:
+    # The drafter's own vocabulary (EAGLE-3 style), if its config names one: then the head it
+    # reads is not the target's, and the policy refuses it.
+    inputs = plan.family.policy_inputs(drafter.config)
+    return {key: inputs[key] for key in ("draft_vocab_size", "vocab_size")}
+
+
 def make_private_head(
     plan: HeadPlan, vllm_config: Any, drafter: torch.nn.Module, target: Any, shared: Any
 ) -> ParallelLMHead:
@@ -52,9 +59,6 @@ def make_private_head(
     tied = getattr(shared, "weight", None) is getattr(
         getattr(getattr(target, "model", None), "embed_tokens", None), "weight", None
     )
-    # The drafter's own vocabulary (EAGLE-3 style), if its config names one: then the head it
-    # reads is not the target's, and this is not the head to serve.
-    inputs = plan.family.policy_inputs(drafter.config)
     with set_current_vllm_config(vllm_config):
         method, decision = select_draft_head_method(
             layer=shared,
@@ -68,8 +72,7 @@ def make_private_head(
             model_dtype=plan.serving_dtype,
             shared_target_head=True,
             head_quant_method=type(getattr(shared, "quant_method", None)).__name__,
-            draft_vocab_size=inputs["draft_vocab_size"],
-            vocab_size=inputs["vocab_size"],
+            **_vocabularies(plan, drafter),
         )
         drafter.head_decision = decision
         if getattr(shared, "bias", None) is not None:

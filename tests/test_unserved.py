@@ -1,0 +1,50 @@
+"""Drafters no family serves refuse to start with the flag on (vllm_plugin.unserved): the pure
+reason, which architectures get a refusing class, and that class refusing before any weight
+exists. The engine test is in test_shared_head_families (an EAGLE-3 draft)."""
+
+from __future__ import annotations
+
+import pytest
+
+from draft_head_fp8.errors import HeadFp8EligibilityError
+from draft_head_fp8.families import all_families
+from draft_head_fp8.policy import unserved_drafter
+
+SERVED = sorted({a for family in all_families() for a in family.drafters})
+
+
+def test_the_reason_names_the_drafter_what_is_served_and_the_way_out():
+    assert unserved_drafter("Eagle3LlamaForCausalLM", ["B", "A"]) == (
+        "Eagle3LlamaForCausalLM is not a drafter this package serves (its head would serve in "
+        "BF16, with no receipt); served: A, B; unset VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8 to serve it "
+        "as vLLM does"
+    )
+
+
+def test_every_speculative_architecture_vllm_knows_is_served_or_refused():
+    from vllm.model_executor.models.registry import _SPECULATIVE_DECODING_MODELS
+
+    from draft_head_fp8.vllm_plugin import unserved
+
+    refused = unserved.architectures()
+    assert "Eagle3LlamaForCausalLM" in refused and "LlamaForCausalLMEagle3" in refused
+    assert not set(refused) & set(SERVED)
+    assert set(refused) | set(SERVED) == set(_SPECULATIVE_DECODING_MODELS)
+    assert refused["Eagle3LlamaForCausalLM"] == (
+        "vllm.model_executor.models.llama_eagle3:Eagle3LlamaForCausalLM"
+    )
+
+
+def test_the_refusing_class_is_vllms_and_refuses_at_construction(capsys):
+    from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
+
+    from draft_head_fp8.vllm_plugin import unserved
+
+    cls = unserved.refusing_class("DraftHeadFp8UnservedLlamaForCausalLMEagle3")
+    assert issubclass(cls, Eagle3LlamaForCausalLM)
+    with pytest.raises(HeadFp8EligibilityError) as refused:
+        cls(vllm_config=None)
+    assert str(refused.value) == unserved_drafter("LlamaForCausalLMEagle3", SERVED)
+    assert capsys.readouterr().err == f"draft-head-fp8: refusing to start: {refused.value}\n"
+    with pytest.raises(AttributeError, match="no class 'DraftHeadFp8UnservedEagleLlama"):
+        unserved.refusing_class("DraftHeadFp8UnservedEagleLlamaForCausalLM")  # served: a family's
