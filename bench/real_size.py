@@ -1,6 +1,6 @@
 """The real engine with a real-size draft head: what the flag costs and buys end to end.
 
-    python -m bench.real_size [--pair-dir DIR] [--max-tokens 8] [--prompts 2]
+    python -m bench.real_size [--family gemma4-mtp|llama-eagle1] [--pair-dir DIR] [--max-tokens 8]
 
 A Gemma 4 pair with the shapes that matter for the draft head and little else: the assistant's
 head is 1024 x 262144 (the 26B-A4B and 31B assistants' head: 512 MiB in BF16), the target one
@@ -10,6 +10,12 @@ accepted; what is measured is the head, not acceptance), built once with transfo
 flag off and flag on and reads the draft head's time per call in the worker, the generation
 time and the engine's peak RSS (one process: vLLM in-process at TP 1). Writes
 bench/results/real_size.json and prints a table.
+
+``--family llama-eagle1``: a drafter that reads the *target's* head, at Llama 3.1 8B's published
+head shape (128256 x 4096: 1 GB in BF16). The target is one Llama layer at hidden 4096 (a narrow
+MLP: only the head matters here), the EAGLE-1 draft one layer and ``fc`` at the same width, random
+weights. With the flag the drafter reads a private FP8 copy of the target's head, made at vLLM's
+share; flag off it reads the target's BF16 head. Writes bench/results/real_size_llama_eagle1.json.
 """
 
 from __future__ import annotations
@@ -75,16 +81,62 @@ def build_pair(out: Path) -> TinyPair:
     return pair
 
 
+EAGLE_VOCAB, EAGLE_HIDDEN = 128256, 4096  # Llama 3.1 8B's head
+
+
+def build_eagle_pair(out: Path) -> TinyPair:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from draft_head_fp8.tiny import llama_eagle1
+    from draft_head_fp8.tiny.common import update_config
+
+    pair = TinyPair(target=out / "target", assistant=out / "assistant")
+    if (pair.assistant / "config.json").exists() and (pair.target / "config.json").exists():
+        return pair
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    shape = {"hidden_size": EAGLE_HIDDEN, "intermediate_size": 2048, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 1,
+             "max_position_embeddings": 4096, "tie_word_embeddings": False,
+             "architectures": ["LlamaForCausalLM"]}  # fmt: skip
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
+        tokenizer = Path(scratch) / "tokenizer"
+        train_tokenizer(tokenizer, TOKENIZER_VOCAB)  # ids stay far inside the 128256 rows
+        target = LlamaForCausalLM(LlamaConfig(vocab_size=EAGLE_VOCAB, **shape)).to(torch.bfloat16)
+        save_model(target, tokenizer, pair.target)
+        del target
+        # The draft is cut to one layer and fc: its own vocabulary rows are never written.
+        draft = LlamaForCausalLM(LlamaConfig(vocab_size=TOKENIZER_VOCAB, **shape))
+        fc = torch.randn(EAGLE_HIDDEN, 2 * EAGLE_HIDDEN) * 0.02
+        llama_eagle1.save_draft(draft.to(torch.bfloat16), fc, tokenizer, pair.assistant)
+        update_config(pair.assistant, vocab_size=EAGLE_VOCAB)
+    return pair
+
+
+PAIRS = {
+    "gemma4-mtp": (build_pair, "real_size.json",
+                   {"vocab": VOCAB, "draft_hidden": DRAFT_HIDDEN, "target_hidden": TARGET_HIDDEN}),
+    "llama-eagle1": (build_eagle_pair, "real_size_llama_eagle1.json",
+                     {"vocab": EAGLE_VOCAB, "draft_hidden": EAGLE_HIDDEN,
+                      "target_hidden": EAGLE_HIDDEN, "head": "the target's, shared"}),
+}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pair-dir", type=Path, default=Path(tempfile.gettempdir()) / "dhfp8-real")
+    parser.add_argument("--family", choices=sorted(PAIRS), default="gemma4-mtp")
+    parser.add_argument("--pair-dir", type=Path, default=None)
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "real_size.json")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    build, results, shape = PAIRS[args.family]
+    args.pair_dir = args.pair_dir or Path(tempfile.gettempdir()) / f"dhfp8-real-{args.family}"
+    args.out = args.out or ROOT / "bench" / "results" / results
     started = time.perf_counter()
     print(f"building (once) the real-size pair in {args.pair_dir} ...", flush=True)
-    pair = build_pair(args.pair_dir)
+    pair = build(args.pair_dir)
     prompts = ["Return a new list containing", "This module provides", "The default value is"]
     options = EngineOptions(
         prompts=prompts[: args.prompts],
@@ -105,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     receipt = facts["receipt"]["document"]
     result = {
         "schema": "draft-head-fp8-bench-real-size/v1",
-        "pair": {"vocab": VOCAB, "draft_hidden": DRAFT_HIDDEN, "target_hidden": TARGET_HIDDEN},
+        "family": args.family,
+        "pair": shape,
         "options": facts["options"],
         "flag_off": off,
         "flag_on": on,
