@@ -168,6 +168,12 @@ def test_at_tp2_each_rank_serves_its_shard_of_the_target_head_in_fp8(runs):
         assert started["target_head_sha256"] == head["checkpoint"]["sha256"]
     ranks = json.loads(boot.read_bytes(RANKS_PATH))
     assert ranks["passed"] and ranks["problems"] == [] and ranks["tp_size"] == 2
+    if runs.family.name in SHIPPED:  # trained: flag off at TP 2 too, and drafts accepted
+        (runs.root / "tp2-off").mkdir()
+        env = family_env(runs.family.name)
+        off = serve(runs.root / "tp2-off", runs.pair, flag=False, env=env, args=TP2).facts
+        assert tp2.facts["spec_decode"] == off["spec_decode"] and tp2.facts["texts"] == off["texts"]
+        assert off["spec_decode"]["num_accepted_tokens"] > 0
 
 
 # The target's head, changed by one value after vLLM loaded it: what the drafter would be handed
@@ -205,6 +211,49 @@ def test_a_target_head_that_is_not_its_checkpoints_is_refused(tmp_path):
     assert not any("receipt" in p for p in tree(tmp_path / "archive"))
 
 
+# The target's head on a quantized method (a subclass of vLLM's FP8 linear method), as a checkpoint
+# whose head vLLM quantizes would load it (planted: no such checkpoint is built here).
+QUANTIZED_PLANT = textwrap.dedent(
+    """
+    from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
+    from vllm.model_executor.models import llama
+
+    class QuantizedHeadMethod(Fp8LinearMethod):
+        def __init__(self):  # no config: only its kind is read before the share
+            pass
+
+        def process_weights_after_loading(self, layer):
+            pass
+
+    loaded = llama.LlamaForCausalLM.load_weights
+
+    def load_weights(self, weights):
+        names = loaded(self, weights)
+        if type(self) is llama.LlamaForCausalLM:
+            self.lm_head.quant_method = QuantizedHeadMethod()
+        return names
+
+    llama.LlamaForCausalLM.load_weights = load_weights
+    """
+)
+
+
+def test_a_target_whose_head_is_quantized_is_refused(tmp_path):
+    pair = build("llama-eagle1", tmp_path / "pair", seed=10)
+    plant = tmp_path / "plant"
+    plant.mkdir()
+    (plant / "sitecustomize.py").write_text(QUANTIZED_PLANT)
+    run = serve(tmp_path, pair, flag=True, env={"PYTHONPATH": str(plant)}).launch
+    assert run.returncode != 0 and run.facts is None
+    lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
+    reason = (
+        "target LM head is already quantized (QuantizedHeadMethod): an exact FP8 draft head is "
+        "made from its BF16 rows"
+    )
+    assert lines and reason in lines[0], run.stderr[-3000:]
+    assert not any("receipt" in p for p in tree(tmp_path / "archive"))
+
+
 def test_a_target_that_ties_its_head_to_its_embedding_is_served_from_those_rows(tmp_path):
     """Llama 3.2-style: the target's head is its embedding. The private FP8 head is made from
     those rows, hashed against ``model.embed_tokens.weight``; the pick reads them in place."""
@@ -227,9 +276,11 @@ def test_a_target_that_ties_its_head_to_its_embedding_is_served_from_those_rows(
 
 
 # Heads the flag must not serve, each refused at start-up with its one exact reason, on every
-# rank, before any receipt exists. EAGLE-1 drafts are the quickest family to start.
+# rank, before any receipt exists. EAGLE-1 drafts are the quickest family to start; vLLM 0.32 runs
+# no EAGLE-1 draft at pipeline parallel 2 (duplicate layer names), so that case runs MiMo's MTP.
 REFUSALS = {
     "float32": (
+        "llama-eagle1",
         {},
         ("--dtype", "float32"),
         "target LM head is float32, not BF16: its FP8 draft copy and the exact pick are made from "
@@ -238,24 +289,32 @@ REFUSALS = {
     # A draft config that names a vocabulary of its own (EAGLE-3 style): the head it would read
     # is not the target's, so it is not this head.
     "own vocabulary": (
+        "llama-eagle1",
         {"draft_vocab_size": 1024},
         (),
         "draft head over its own vocabulary (1024 of the target's 2048 tokens, EAGLE-3 style) is "
         "outside this prototype",
+    ),
+    "pipeline parallel": (
+        "mimo-mtp",
+        {},
+        ("--pipeline-parallel-size", "2"),
+        "pipeline parallelism is outside this prototype: the post-share receipt needs the head "
+        "share, which vLLM skips when pipeline_parallel_size > 1",
     ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
 def test_a_head_the_flag_must_not_serve_is_refused_at_start_up(tmp_path, case):
-    fields, args, reason = REFUSALS[case]
-    pair = build("llama-eagle1", tmp_path / "pair", seed=6)
+    family, fields, args, reason = REFUSALS[case]
+    pair = build(family, tmp_path / "pair", seed=6)
     if fields:
         update_config(pair.assistant, **fields)
     run = serve(tmp_path, pair, flag=True, args=args).launch
     assert run.returncode != 0 and run.facts is None
     lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
-    assert lines and reason in lines[0], run.stderr[-3000:]
+    assert lines and all(reason in line for line in lines), run.stderr[-3000:]
     assert not any("receipt" in p for p in tree(tmp_path / "archive"))
 
 

@@ -83,6 +83,7 @@ def _start_engine(
     gpu_memory_utilization: float | None,
     enforce_eager: bool,
     speculative_method: str | None = None,
+    pipeline_parallel_size: int = 1,
 ) -> tuple[Any, float]:
     """vLLM on the target and its drafter, with the probe's worker extension; and the seconds
     the engine took to start."""
@@ -113,8 +114,11 @@ def _start_engine(
             "num_speculative_tokens": speculative_tokens,
         },
         tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
         # One process for one rank (fast, stable on small CPUs); real worker processes for more.
-        distributed_executor_backend="uni" if tensor_parallel_size == 1 else "mp",
+        distributed_executor_backend="uni"
+        if tensor_parallel_size * pipeline_parallel_size == 1
+        else "mp",
         enforce_eager=enforce_eager,
         max_model_len=max_model_len,
         dtype=dtype,
@@ -144,6 +148,7 @@ def run(
     enforce_eager: bool = True,
     batch_sizes: tuple[int, ...] = (),
     speculative_method: str | None = None,
+    pipeline_parallel_size: int = 1,
 ) -> dict:
     """``prompts``: texts, or token id lists (given to vLLM as ``TokensPrompt``)."""
     from vllm import SamplingParams
@@ -159,6 +164,7 @@ def run(
         gpu_memory_utilization=gpu_memory_utilization,
         enforce_eager=enforce_eager,
         speculative_method=speculative_method,
+        pipeline_parallel_size=pipeline_parallel_size,
     )
     after_start = llm.collective_rpc("probe_observe")
     llm.collective_rpc("probe_time_draft_head")
@@ -250,6 +256,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--draft-agreement", action="store_true")
     p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument(
+        "--pipeline-parallel-size", type=int, default=1, help="the flag refuses more than 1"
+    )
     p.add_argument("--max-model-len", type=int, default=256)
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument(
@@ -288,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         enforce_eager=not args.no_eager,
         batch_sizes=tuple(args.batch_sizes),
         speculative_method=args.speculative_method,
+        pipeline_parallel_size=args.pipeline_parallel_size,
     )
     Path(args.out).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
     return 0
