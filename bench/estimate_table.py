@@ -57,14 +57,7 @@ def row(target: Path, draft: Path, batch: int, tokens: int) -> dict:
     return {
         "batch": batch,
         "speculative_tokens": tokens,
-        "bytes": {
-            "target": step.target,
-            "draft_body": step.draft_body,
-            "draft_head_bf16": step.draft_head_bf16,
-            "draft_head_fp8": step.draft_head_fp8,
-            "step_bf16": step.bf16,
-            "step_fp8": step.fp8,
-        },
+        "bytes": estimate.bytes_read(step),
         "seconds_h200": {
             "step_bf16": estimate.seconds(step.bf16, estimate.H200_GBPS),
             "step_fp8": estimate.seconds(step.fp8, estimate.H200_GBPS),

@@ -204,6 +204,18 @@ def step_bytes(
     return StepBytes(target, n * body, n * head_bf16, n * head_fp8, notes)
 
 
+def bytes_read(step: StepBytes) -> dict[str, float]:
+    """The step's byte counts by part, as ``check --estimate --json`` and the bench report them."""
+    return {
+        "target": step.target,
+        "draft_body": step.draft_body,
+        "draft_head_bf16": step.draft_head_bf16,
+        "draft_head_fp8": step.draft_head_fp8,
+        "step_bf16": step.bf16,
+        "step_fp8": step.fp8,
+    }
+
+
 def speedup(step: StepBytes) -> float:
     """Relative gain of a step with the FP8 head at equal acceptance (0.01 = 1 % faster)."""
     return step.bf16 / step.fp8 - 1.0

@@ -179,14 +179,7 @@ def _estimate(args: argparse.Namespace) -> dict:
         "speculative_tokens": args.speculative_tokens,
         "batch": args.batch,
         "rescore_top_k": k,
-        "bytes": {
-            "target": step.target,
-            "draft_body": step.draft_body,
-            "draft_head_bf16": step.draft_head_bf16,
-            "draft_head_fp8": step.draft_head_fp8,
-            "step_bf16": step.bf16,
-            "step_fp8": step.fp8,
-        },
+        "bytes": estimate.bytes_read(step),
         "seconds": {
             "step_bf16": estimate.seconds(step.bf16, bandwidth),
             "step_fp8": estimate.seconds(step.fp8, bandwidth),

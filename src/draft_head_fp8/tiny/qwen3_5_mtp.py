@@ -18,16 +18,9 @@ from __future__ import annotations
 
 import os
 
-from draft_head_fp8.tiny.common import (
-    SMALL_TEXT,
-    Randoms,
-    TinyPair,
-    build_mtp_target,
-    move_layer,
-)
+from draft_head_fp8.tiny.common import TinyPair, build_mtp_target
+from draft_head_fp8.tiny.qwen3_next_mtp import GDN_MOE, LAYER_TYPES, mtp_glue
 
-HIDDEN = SMALL_TEXT["hidden_size"]
-LAYER_TYPES = ["linear_attention", "full_attention"]  # the target's; then the MTP layer
 VARIANTS = {
     "tied_target": "a target whose head is tied to its embedding (served: hashed against it)",
 }
@@ -36,38 +29,8 @@ VARIANTS = {
 def config(*, tied: bool):
     from transformers import Qwen3_5MoeTextConfig
 
-    return Qwen3_5MoeTextConfig(
-        **SMALL_TEXT,
-        moe_intermediate_size=64,
-        shared_expert_intermediate_size=64,
-        num_experts=4,
-        num_experts_per_tok=2,
-        num_hidden_layers=len(LAYER_TYPES) + 1,
-        layer_types=[*LAYER_TYPES, "full_attention"],
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
-        # Two of each, so that tensor parallel 2 can split them (vLLM divides them by TP).
-        linear_num_key_heads=2,
-        linear_num_value_heads=2,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        tie_word_embeddings=tied,
-    )
-
-
-def _mtp_glue(seed: int):
-    rand = Randoms(seed)
-    last = len(LAYER_TYPES)
-
-    def edit(tensors: dict) -> dict:
-        moved = move_layer(tensors, f"model.layers.{last}.", "mtp.layers.0.")
-        moved["mtp.fc.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
-        for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
-            moved[f"mtp.{norm}.weight"] = rand.zeros(HIDDEN)
-        return moved
-
-    return edit
+    # Qwen3-Next's tiny shape: the same hybrid MoE, the same MTP layer and glue.
+    return Qwen3_5MoeTextConfig(**GDN_MOE, tie_word_embeddings=tied)
 
 
 def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:
@@ -80,7 +43,7 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
     return build_mtp_target(
         out,
         model,
-        _mtp_glue(seed),
+        mtp_glue(seed),
         num_hidden_layers=len(LAYER_TYPES),
         layer_types=LAYER_TYPES,
         mtp_num_hidden_layers=1,

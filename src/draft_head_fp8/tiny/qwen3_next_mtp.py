@@ -31,31 +31,35 @@ VARIANTS = {
 }
 
 
+# The hybrid MoE shape (Qwen3.5's tiny builder takes it too): a gated-delta-net layer, then full
+# attention, then the layer that becomes the MTP layer.
+GDN_MOE = {
+    **SMALL_TEXT,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": len(LAYER_TYPES) + 1,
+    "layer_types": [*LAYER_TYPES, "full_attention"],
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    # Two of each, so that tensor parallel 2 can split them (vLLM divides them by TP).
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 2,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+}
+
+
 def config(*, tied: bool):
     from transformers import Qwen3NextConfig
 
-    return Qwen3NextConfig(
-        **SMALL_TEXT,
-        moe_intermediate_size=64,
-        shared_expert_intermediate_size=64,
-        num_experts=4,
-        num_experts_per_tok=2,
-        decoder_sparse_step=1,
-        num_hidden_layers=len(LAYER_TYPES) + 1,
-        layer_types=[*LAYER_TYPES, "full_attention"],
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
-        # Two of each, so that tensor parallel 2 can split them (vLLM divides them by TP).
-        linear_num_key_heads=2,
-        linear_num_value_heads=2,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        tie_word_embeddings=tied,
-    )
+    return Qwen3NextConfig(**GDN_MOE, decoder_sparse_step=1, tie_word_embeddings=tied)
 
 
-def _mtp_glue(seed: int):
+def mtp_glue(seed: int):
+    """``mtp.layers.0`` from the extra layer, and the glue both Qwen MTP models load."""
     rand = Randoms(seed)
     last = len(LAYER_TYPES)
 
@@ -79,7 +83,7 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
     return build_mtp_target(
         out,
         model,
-        _mtp_glue(seed),
+        mtp_glue(seed),
         num_hidden_layers=len(LAYER_TYPES),
         layer_types=LAYER_TYPES,
         num_nextn_predict_layers=1,
