@@ -5,33 +5,16 @@ worked out by hand here. Header-only checkpoint files: the estimate must never r
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import pytest
 from engine_support import W8A16
 
+from bench.published_shapes import write_checkpoint  # header-only checkpoints
 from draft_head_fp8 import estimate
 
 VOCAB = 262144
 BF16 = 2
-
-
-def write_checkpoint(folder: Path, config: dict, tensors: dict[str, tuple[str, list[int]]]) -> Path:
-    """config.json plus a safetensors file holding only its header: offsets point past the end,
-    so any attempt to read a weight fails."""
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    header, offset = {}, 0
-    for name, (dtype, shape) in tensors.items():
-        size = {"BF16": 2, "F32": 4, "F8_E4M3": 1}[dtype]
-        for dim in shape:
-            size *= dim
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
-    return folder
 
 
 def dense_layer(i: int, hidden: int, inter: int, q: int, kv: int) -> dict:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-from draft_head_fp8.tiny.common import TinyPair, build_mtp_target
-from draft_head_fp8.tiny.qwen3_next_mtp import GDN_MOE, LAYER_TYPES, mtp_glue
+from draft_head_fp8.tiny.common import TinyPair
+from draft_head_fp8.tiny.qwen3_next_mtp import GDN_MOE, build_gdn_mtp
 
 VARIANTS = {
     "tied_target": "a target whose head is tied to its embedding (served: hashed against it)",
@@ -40,11 +40,4 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
 
     torch.manual_seed(seed)
     model = Qwen3_5MoeForCausalLM(config(tied=tied_target))
-    return build_mtp_target(
-        out,
-        model,
-        mtp_glue(seed),
-        num_hidden_layers=len(LAYER_TYPES),
-        layer_types=LAYER_TYPES,
-        mtp_num_hidden_layers=1,
-    )
+    return build_gdn_mtp(out, model, seed, mtp_num_hidden_layers=1)

@@ -73,6 +73,19 @@ def mtp_glue(seed: int):
     return edit
 
 
+def build_gdn_mtp(out, model, seed: int, **mtp_count) -> TinyPair:
+    """Write ``model`` (a hybrid MoE of ``GDN_MOE``) as a target with its MTP layer; ``mtp_count``
+    is the config field that family counts MTP layers in."""
+    return build_mtp_target(
+        out,
+        model,
+        mtp_glue(seed),
+        num_hidden_layers=len(LAYER_TYPES),
+        layer_types=LAYER_TYPES,
+        **mtp_count,
+    )
+
+
 def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:
     """Write ``out/target`` (the target with its MTP layer). Refuses a folder with files."""
     import torch
@@ -80,11 +93,4 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
 
     torch.manual_seed(seed)
     model = Qwen3NextForCausalLM(config(tied=tied_target))
-    return build_mtp_target(
-        out,
-        model,
-        mtp_glue(seed),
-        num_hidden_layers=len(LAYER_TYPES),
-        layer_types=LAYER_TYPES,
-        num_nextn_predict_layers=1,
-    )
+    return build_gdn_mtp(out, model, seed, num_nextn_predict_layers=1)
