@@ -26,6 +26,7 @@ FACT_KEYS = [
     "seconds",
     "peak_rss_bytes",
     "peak_device_bytes",
+    "reload_weights",
 ]
 
 

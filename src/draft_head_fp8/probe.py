@@ -149,8 +149,9 @@ def run(
     batch_sizes: tuple[int, ...] = (),
     speculative_method: str | None = None,
     pipeline_parallel_size: int = 1,
+    reload_weights: bool = False,
 ) -> dict:
-    """``prompts``: texts, or token id lists (given to vLLM as ``TokensPrompt``)."""
+    """``prompts``: texts or token id lists; ``reload_weights``: last, try vLLM's reload."""
     from vllm import SamplingParams
 
     llm, init_seconds = _start_engine(
@@ -171,13 +172,13 @@ def run(
     if draft_agreement:
         llm.collective_rpc("probe_watch_draft_agreement", args=(target, assistant))
     started = time.perf_counter()
-    inputs = _inputs(prompts)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
-    outputs = llm.generate(inputs, params, use_tqdm=False)
+    outputs = llm.generate(_inputs(prompts), params, use_tqdm=False)
     seconds = {"init": round(init_seconds, 3), "generate": round(time.perf_counter() - started, 3)}
     sweep = _batch_sweep(llm, prompts, params, batch_sizes)
     after_generate = llm.collective_rpc("probe_observe")
     agreement = llm.collective_rpc("probe_read_draft_agreement")[0] if draft_agreement else None
+    reload = _reload_weights(llm) if reload_weights else None
     return _facts(
         llm,
         prompts,
@@ -187,7 +188,18 @@ def run(
         tensor_parallel_size=tensor_parallel_size,
         sweep=sweep,
         seconds=seconds,
+        reload=reload,
     )
+
+
+def _reload_weights(llm: Any) -> dict:
+    """vLLM's ``reload_weights`` on every worker: whether it raised, and what they serve after."""
+    try:
+        llm.collective_rpc("reload_weights")
+        error = None
+    except Exception as exc:  # what vLLM hands back from the workers
+        error = f"{type(exc).__name__}: {exc}"
+    return {"error": error, "after": llm.collective_rpc("probe_observe")}
 
 
 def _facts(
@@ -200,6 +212,7 @@ def _facts(
     tensor_parallel_size: int,
     sweep: list[dict],
     seconds: dict,
+    reload: dict | None = None,
 ) -> dict:
     """What the probe writes: the run's tokens, vLLM's counters, and what the workers served
     after start-up and after generating (``observed``, every rank's)."""
@@ -229,6 +242,7 @@ def _facts(
         # This process's high-water mark: the whole engine when it runs in one process (TP 1).
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "peak_device_bytes": llm.collective_rpc("probe_peak_device_bytes"),
+        "reload_weights": reload,
     }
 
 
@@ -274,6 +288,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="B",
         help="after the prompts, generate once more at each batch size B (prompts repeated)",
     )
+    p.add_argument(
+        "--reload-weights",
+        action="store_true",
+        help="last, call vLLM's reload_weights on the workers and record the answer",
+    )
     p.add_argument("--out", required=True, help="where to write the JSON facts")
     return p
 
@@ -298,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_sizes=tuple(args.batch_sizes),
         speculative_method=args.speculative_method,
         pipeline_parallel_size=args.pipeline_parallel_size,
+        reload_weights=args.reload_weights,
     )
     Path(args.out).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -16,8 +16,11 @@ from typing import Any
 OBSERVED = "observed"
 
 
-def _runner(worker: Any) -> Any:
-    return worker.model_runner
+def _drafter(worker: Any) -> Any:
+    """The draft model this worker serves, on either of vLLM's model runners."""
+    from draft_head_fp8.runners import drafter_of
+
+    return drafter_of(worker.model_runner)
 
 
 def family_of(drafter: Any) -> Any:
@@ -61,9 +64,10 @@ def observe(worker: Any) -> dict:
 
     from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
     from draft_head_fp8.fp8 import tensor_sha256
+    from draft_head_fp8.runners import describe
 
-    runner = _runner(worker)
-    drafter = runner.drafter.model
+    runner = worker.model_runner
+    drafter = _drafter(worker)
     family = family_of(drafter)
     modules = family.resolve(drafter, runner.model)
     # The drafter's vLLM architecture; an MTP drafter's config may still name its target's.
@@ -87,6 +91,8 @@ def observe(worker: Any) -> dict:
         if entry is None
         else f"{getattr(entry, 'module_name', '?')}:{getattr(entry, 'class_name', repr(entry))}",
         "drafter_class": f"{type(drafter).__module__}.{type(drafter).__name__}",
+        # Which of vLLM's model runners served, and its speculator (MRv2) or proposer (V1).
+        "runner": describe(runner),
     }
 
 
@@ -95,7 +101,7 @@ def time_draft_head(worker: Any) -> bool:
     worker: what a user compares between the BF16 and the FP8 head."""
     import torch
 
-    drafter = _runner(worker).drafter.model
+    drafter = _drafter(worker)
     served = drafter.compute_logits
     calls: list[tuple[int, float]] = []  # (rows of hidden states, seconds) per call
 
@@ -122,7 +128,7 @@ def _median(values: list[float]) -> float:
 
 def read_head_timing(worker: Any) -> dict | None:
     """Every draft logits call so far: overall, and by the number of rows (the batch) it served."""
-    calls = getattr(_runner(worker).drafter.model, "_head_calls", None)
+    calls = getattr(_drafter(worker), "_head_calls", None)
     if not calls:
         return None
     seconds = [s for _, s in calls]
@@ -164,7 +170,7 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
     draft tokens agree."""
     import torch
 
-    drafter = _runner(worker).drafter.model
+    drafter = _drafter(worker)
     bf16_head = bf16_head_rows(family_of(drafter), target_dir, assistant_dir)
     processor = drafter.logits_processor if hasattr(drafter, "logits_processor") else None
     processor = processor or drafter.model.logits_processor
@@ -203,7 +209,7 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
 
 
 def read_draft_agreement(worker: Any) -> dict | None:
-    return getattr(_runner(worker).drafter.model, "_draft_agreement", None)
+    return getattr(_drafter(worker), "_draft_agreement", None)
 
 
 def peak_device_bytes(worker: Any) -> int | None:
