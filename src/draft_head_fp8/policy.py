@@ -270,6 +270,21 @@ def unserved_drafter(architecture: str, served: list[str]) -> str:
     )
 
 
+WEIGHTS_CHANGE_AFTER_PROOF = "weights can change after the post-share proof"
+
+
+def weights_change_after_proof(how: str) -> str:
+    """Why the flag refuses an engine whose weights can change after its receipt (``how``: the
+    setting or the call): the private FP8 head is made once, at the share, from the bytes the
+    receipt hashes; vLLM's ``reload_weights``, weight transfer and sleep mode level 2 rewrite the
+    target's weights in place and would leave it serving bytes the receipt no longer describes."""
+    return (
+        f"{WEIGHTS_CHANGE_AFTER_PROOF} ({how}): the private FP8 draft head is made once, from the "
+        "bytes its receipt hashes, and would keep serving them; restart the engine to serve new "
+        f"weights, or unset {EXPERIMENT_ENV}"
+    )
+
+
 def bf16_from_measured(measured: list[tuple[int, float, float]]) -> int | None:
     """From how many rows per call the BF16 head should serve instead of the FP8 head + pick,
     given ``(rows, fp8_seconds, bf16_seconds)`` measured on this head: the smallest measured

@@ -158,11 +158,13 @@ def _cmd_show(arc: Archive, args) -> int:
         for f in (listed if isinstance(listed, list) else [])
         if isinstance(f, dict)
     }
+    runners = _runners(boot, files)
     if args.json:
         _print_json(
             {
                 "boot": summary,
                 "identity": identity,
+                "runners": runners,
                 "manifest": manifest,
                 "files": [{"path": p, "size": s, "sha256": digests.get(p)} for p, s in files],
             }
@@ -176,6 +178,13 @@ def _cmd_show(arc: Archive, args) -> int:
         for key, value in flatten(identity, "", {}).items():
             if key not in ("seq", "launch_id", "boot", "schema"):
                 print(f"  {key + ':':<36} {json.dumps(value)}")
+    for rank, runner in sorted(runners.items()):
+        described = (
+            "not recorded (diagnostics before v4)"
+            if runner is None
+            else (f"{runner['name']}: {runner['model_runner']}, speculator {runner['speculator']}")
+        )
+        print(f"  {f'runner (rank {rank}):':<36} {described}")
     if summary["expected_files"] is not None:
         missing = summary["expected_missing"]
         print(
@@ -194,6 +203,19 @@ def _cmd_show(arc: Archive, args) -> int:
     for path, size in files:
         print(f"    {size:>10}  {digests.get(path, '-'):<64}  {path}")
     return 0
+
+
+def _runners(boot: Any, files: list) -> dict[str, Any]:
+    """Each rank's model runner, as its diagnostics recorded it (None before diagnostics v4)."""
+    found: dict[str, Any] = {}
+    for path, _ in files:
+        rank = path.removeprefix("diagnostics/post_share-rank").removesuffix(".json")
+        if rank != path and rank.isdigit():
+            try:
+                found[rank] = json.loads(boot.read_bytes(path)).get("runner")
+            except (OSError, ValueError, AttributeError, ArchiveError):
+                found[rank] = None
+    return found
 
 
 def _cmd_verify(arc: Archive, args) -> int:

@@ -54,6 +54,17 @@ def _yes(value: bool) -> str:
     return "yes" if value else "NO"
 
 
+def _runner(observed: dict, key: str) -> str:
+    """Which of vLLM's model runners served (V1 or Model Runner V2), and its class or its
+    speculator's, module-qualified."""
+    runner = observed.get("runner") or {}
+    return (
+        f"{runner.get('name', '?')}: {runner.get(key)}"
+        if key == "model_runner"
+        else str(runner.get(key))
+    )
+
+
 def _head_rows(facts: dict) -> list[tuple[str, str, str]]:
     off, on = facts["flag_off"], facts["flag_on"]
     a = off["after_start"]["receipt"]  # the stock head, observed (rank 0)
@@ -70,6 +81,8 @@ def _head_rows(facts: dict) -> list[tuple[str, str, str]]:
     else:
         memory = _kib(served_head_bytes(b))
     rows = [
+        ("model runner", *(_runner(f["after_start"], "model_runner") for f in (off, on))),
+        ("speculator", *(_runner(f["after_start"], "speculator") for f in (off, on))),
         ("drafter", on["after_start"]["family"], f"{on['after_start']['drafter_class']}"),
         ("draft head method", a["head_method"], b["head_method"]),
         ("draft head kernel", a["head_kernel"] or "unquantized GEMM", b["head_kernel"]),

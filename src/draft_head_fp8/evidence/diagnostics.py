@@ -3,8 +3,8 @@
 Where the FP8 bytes came from (the SHA-256 of the BF16 rows quantized and of the checkpoint
 tensor), how the per-tensor scale fits the head's rows, the kernel chosen and the one vLLM would
 have chosen, timings, what the exact draft-token pick rescores from (``exact_pick``), and the
-validation verdict. Built here only; JSON Schemas ``schemas/diagnostics-v3.schema.json`` (v2
-and v1 for archives from before the families and the exact pick) and
+validation verdict. Built here only; JSON Schemas ``schemas/diagnostics-v4.schema.json`` (v3, v2
+and v1 for archives from before the runner, the families and the exact pick) and
 ``schemas/ranks-v1.schema.json`` for the cross-rank record of a tensor-parallel boot.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from draft_head_fp8.evidence import DIAGNOSTICS_V3
+from draft_head_fp8.evidence import DIAGNOSTICS_V4
 from draft_head_fp8.settings import BF16_FROM_ENV
 
 RANKS_V1 = "draft-head-fp8-ranks/v1"
@@ -73,9 +73,10 @@ def record(
     head: dict,
     exact_pick: dict,
     failure: str | None,
+    runner: dict | None,
 ) -> dict:
     return {
-        "schema": DIAGNOSTICS_V3,
+        "schema": DIAGNOSTICS_V4,
         "phase": phase,
         "rank": rank,
         "family": family,
@@ -83,6 +84,8 @@ def record(
         "head": head,
         "exact_pick": exact_pick,
         "validation": {"passed": failure is None, "reason": failure},
+        # Which of vLLM's model runners served this boot (runners.describe).
+        "runner": runner,
     }
 
 

@@ -15,6 +15,7 @@ RECEIPT_V3 = "runtime-receipt-v3"
 DIAGNOSTICS_V1 = "diagnostics-v1"
 DIAGNOSTICS_V2 = "diagnostics-v2"
 DIAGNOSTICS_V3 = "diagnostics-v3"
+DIAGNOSTICS_V4 = "diagnostics-v4"
 
 
 @cache

@@ -31,7 +31,7 @@ from draft_head_fp8.checkpoint import resolve_model_dir, tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.exact_pick import guarantee
 from draft_head_fp8.families.family import AT_SHARE, DRAFT, Family
-from draft_head_fp8.policy import env_enabled
+from draft_head_fp8.policy import env_enabled, weights_change_after_proof
 from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import announce_choices, announce_refusal
@@ -48,6 +48,19 @@ def no_pipeline_parallel(share: str) -> str:
         f"pipeline parallelism is outside this prototype: the post-share receipt needs the {share} "
         "share, which vLLM skips when pipeline_parallel_size > 1"
     )
+
+
+def weights_fixed_after_proof(vllm_config: VllmConfig) -> None:
+    """Refuse an engine configured so that its weights can change after the proof: sleep mode
+    (level 2 discards the weights and loads them again) and weight transfer (in-place updates).
+    ``reload_weights``, which any engine takes, is refused where it is called (``post_share``)."""
+    how = []
+    if getattr(vllm_config.model_config, "enable_sleep_mode", False):
+        how.append("enable_sleep_mode: sleep level 2 discards the weights and loads them again")
+    if getattr(vllm_config, "weight_transfer_config", None) is not None:
+        how.append("weight_transfer_config: weight transfer rewrites the weights in place")
+    if how:
+        raise HeadFp8EligibilityError(weights_change_after_proof("; ".join(how)))
 
 
 def head_plan(family: Family, vllm_config: VllmConfig) -> HeadPlan:
@@ -85,6 +98,7 @@ class DraftHeadFp8Drafter:
 
     def _prepare(self, vllm_config: VllmConfig) -> None:
         family = self.family
+        weights_fixed_after_proof(vllm_config)
         if family.refusal is not None:
             reason = family.refusal(self.config)
             if reason:

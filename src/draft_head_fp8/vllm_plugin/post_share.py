@@ -19,6 +19,7 @@ raises from the hook, which makes engine start-up fail with the reason.
 
 from __future__ import annotations
 
+import sys
 import uuid
 import weakref
 from typing import Any
@@ -44,9 +45,11 @@ from draft_head_fp8.evidence.ranks import cross_rank_problems, rank_summary
 from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
 from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.families.family import AT_SHARE, Modules, draft_heads, is_head
+from draft_head_fp8.policy import weights_change_after_proof
+from draft_head_fp8.runners import describe, find_on_stack
 from draft_head_fp8.vllm_plugin import shared_head
 from draft_head_fp8.vllm_plugin.plan import HeadPlan
-from draft_head_fp8.vllm_plugin.refusal import announce_refusal
+from draft_head_fp8.vllm_plugin.refusal import announce_refusal, announce_refused_call
 
 # Under "vllm." so that vLLM's own logging configuration shows it beside its lines.
 logger = init_logger(f"vllm.{__name__}")
@@ -201,6 +204,7 @@ def _modules(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> Modules:
 
 
 def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
+    model_runner = find_on_stack(sys._getframe())
     modules = _modules(drafter, armed, shared)
     head = modules.head
     method = head.quant_method
@@ -222,6 +226,7 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
         head=getattr(method, "diagnostics", {}),
         exact_pick=pick,
         failure=failure,
+        runner=None if model_runner is None else describe(model_runner),
     )
     # One boot per engine start, whatever the number of ranks: rank 0 names it.
     launch_id = armed.launch_id if tp_size == 1 else _exchange(armed.launch_id, tp_size)[0]
@@ -238,6 +243,8 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
             f"post-share receipt failed validation: {failure} (receipt archived in {boot.path})"
         )
     _pending.discard(drafter)
+    if model_runner is not None:
+        _refuse_reload(model_runner)
     if armed.plan.family.head.when == AT_SHARE:
         for path, _ in drafter.named_modules(remove_duplicate=False):
             _proven[drafter.get_submodule(path) if path else drafter] = receipt_path(rank)
@@ -282,6 +289,19 @@ def _cross_check(
     if problems and failure is None:
         failure = "across ranks: " + "; ".join(problems)
     return failure
+
+
+def _refuse_reload(model_runner: Any) -> None:
+    """vLLM's ``reload_weights`` (an RPC any engine takes, no setting needed) rewrites the target's
+    weights in place, under the private FP8 head made from them: after the proof it is refused,
+    before a byte moves, and the engine goes on serving what its receipt describes."""
+
+    def reload_weights(*args: Any, **kwargs: Any) -> None:
+        exc = HeadFp8EligibilityError(weights_change_after_proof("reload_weights was called"))
+        announce_refused_call("reload_weights", exc)
+        raise exc
+
+    model_runner.reload_weights = reload_weights  # this worker's runner only, flag on only
 
 
 def _announce_pass(

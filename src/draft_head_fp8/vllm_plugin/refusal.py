@@ -14,6 +14,11 @@ def announce_refusal(exc: BaseException) -> None:
     print(f"draft-head-fp8: refusing to start: {exc}", file=sys.stderr, flush=True)
 
 
+def announce_refused_call(call: str, exc: BaseException) -> None:
+    """A call refused on a running engine, which goes on serving what its receipt proves."""
+    print(f"draft-head-fp8: refusing {call}: {exc}", file=sys.stderr, flush=True)
+
+
 def announce_warning(message: str) -> None:
     print(f"draft-head-fp8: warning: {message}", file=sys.stderr, flush=True)
 
