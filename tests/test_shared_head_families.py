@@ -49,6 +49,10 @@ class Runs:
 
     def serve(self, name: str, *, flag: bool, env: dict | None = None, args: tuple = ()):
         (self.root / name).mkdir()
+        if self.runner == "mrv2" and self.family.name not in SHIPPED:
+            # Each MRv2 decode step costs ~0.5 s of interpreted kernels here; random weights
+            # accept nothing, so 12 tokens still give 6 x 11 x 2 = 132 draft-head picks.
+            args = (*args, *MRV2_RANDOM_TOKENS)
         return serve(
             self.root / name, self.pair, flag=flag, env=family_env(self.family.name, env),
             args=args, runner=self.runner,
@@ -75,9 +79,10 @@ class Runs:
         return head.tensor_for(tied=not has_tensor(self.pair.target, head.tensor))
 
 
-# Every family on both of vLLM's model runners; TP 2 on V1 for every family, and on Model Runner
-# V2 (about 38 s per generate through Triton's interpreter) for the trained EAGLE-1 pair, whose
-# flag-off TP 2 run also compares vLLM's counters of accepted drafts.
+# Every family on both of vLLM's model runners; TP 2 on V1 for every family (the trained EAGLE-1
+# pair's flag-off TP 2 run also compares vLLM's counters of accepted drafts), and on Model Runner
+# V2 (about 40 s per generate through Triton's interpreter) for the trained EAGLE-1 pair.
+MRV2_RANDOM_TOKENS = ("--max-tokens", "12")
 FAMILY_RUNS = [(f.name, runner) for f in SHARED for runner in RUNNERS]
 TP2_RUNS = [(f.name, "v1") for f in SHARED] + [("llama-eagle1", "mrv2")]
 
@@ -203,7 +208,9 @@ def test_at_tp2_each_rank_serves_its_shard_of_the_target_head_in_fp8(runs):
     ranks = json.loads(boot.read_bytes(RANKS_PATH))
     assert ranks["passed"] and ranks["problems"] == [] and ranks["tp_size"] == 2
     assert {r["runner"]["name"] for r in tp2.facts["after_start_ranks"]} == {runs.runner}
-    if runs.family.name in SHIPPED:  # trained: flag off at TP 2 too, and drafts accepted
+    # Trained: flag off at TP 2 too, and drafts accepted (on V1: each MRv2 TP 2 generate costs
+    # ~40 s here, and every pick is checked against the BF16 head above).
+    if runs.family.name in SHIPPED and runs.runner == "v1":
         off = runs.serve("tp2-off", flag=False, args=TP2).facts
         assert tp2.facts["spec_decode"] == off["spec_decode"] and tp2.facts["texts"] == off["texts"]
         assert off["spec_decode"]["num_accepted_tokens"] > 0
