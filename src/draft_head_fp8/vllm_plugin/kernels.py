@@ -20,15 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from vllm import _custom_ops as ops
-from vllm.model_executor.kernels.linear import (
-    _POSSIBLE_FP8_KERNELS,
-    choose_scaled_mm_linear_kernel,
-)
-from vllm.model_executor.kernels.linear.scaled_mm.cpu import CPUFp8PerTensorScaledMMLinearKernel
-from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
-    FP8ScaledMMLinearLayerConfig,
-)
 from vllm.platforms import current_platform
 
 from draft_head_fp8.errors import HeadFp8EligibilityError
@@ -37,6 +28,12 @@ from draft_head_fp8.layouts import K_BLOCK, LAYOUT_PACKED, LAYOUT_PLAIN, k_block
 from draft_head_fp8.machine import Machine
 from draft_head_fp8.policy import SLOW_CPU_PATH, slow_cpu_refusal
 from draft_head_fp8.settings import CPU_KERNEL_ENV
+from draft_head_fp8.vllm_plugin import seams
+
+# vLLM's names that move between releases, read where the installed one keeps them.
+CPUFp8PerTensorScaledMMLinearKernel = seams.read("cpu_fp8_per_tensor_kernel")
+FP8ScaledMMLinearLayerConfig = seams.read("fp8_scaled_mm_layer_config")
+choose_scaled_mm_linear_kernel = seams.read("choose_scaled_mm_linear_kernel")
 
 # vLLM's FP8 kernels whose processed weight stays the plain FP8 [hidden, vocab] matrix with one
 # [1] scale (their process_weights_after_loading does nothing, or pads only dims that are not a
@@ -60,7 +57,7 @@ class CPUFp8W8A16HeadKernel(CPUFp8PerTensorScaledMMLinearKernel):
     def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
         if not current_platform.is_cpu():
             return False, "requires CPU platform."
-        if not ops._supports_cpu_fp8_w8a16:
+        if not seams.read("cpu_fp8_w8a16_supported"):
             return False, machine_as_vllm_sees_it().missing_op()
         return _op_answers()
 
@@ -143,7 +140,7 @@ def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig, *, cpu_kernel: str)
     else vLLM's own choice, in vLLM's order of preference, over the layout-keeping kernels."""
     try:
         unrestricted = choose_scaled_mm_linear_kernel(
-            config, _POSSIBLE_FP8_KERNELS, quantization="fp8_w8a8"
+            config, seams.read("possible_fp8_kernels"), quantization="fp8_w8a8"
         ).__name__
     except ValueError:
         unrestricted = None
@@ -155,12 +152,11 @@ def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig, *, cpu_kernel: str)
                 return KernelChoice(packed, LAYOUT_PACKED, unrestricted, None)
             raise HeadFp8EligibilityError(slow_cpu_refusal(str(why_not).rstrip(".")))
         warning = f"{CPU_KERNEL_ENV}={cpu_kernel}: {SLOW_CPU_PATH}"
-    platform_kernels = _POSSIBLE_FP8_KERNELS.get(current_platform._enum, [])
+    platform = seams.read("platform_enum")
+    platform_kernels = seams.read("possible_fp8_kernels").get(platform, [])
     kept = [k for k in platform_kernels if k.__name__ in LAYOUT_KEEPING_KERNELS]
     try:
-        chosen = choose_scaled_mm_linear_kernel(
-            config, {current_platform._enum: kept}, quantization="fp8_w8a8"
-        )
+        chosen = choose_scaled_mm_linear_kernel(config, {platform: kept}, quantization="fp8_w8a8")
     except ValueError as exc:
         raise HeadFp8EligibilityError(
             f"no FP8 kernel whose weight layout a receipt can prove runs here "

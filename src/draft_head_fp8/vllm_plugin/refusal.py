@@ -30,3 +30,20 @@ def announce_choices(method: Any, plan: Any) -> None:
     if plan.draft_sample_method != "greedy":
         # Exact picks are exact draft tokens only when the draft token is an argmax.
         announce_warning(guarantee(method.rescore_k, plan.draft_sample_method))
+
+
+def refusing_class(name: str, base: type, reason: str, module: str) -> type:
+    """A subclass of vLLM's ``base`` whose construction refuses with ``reason``, before anything
+    is built: vLLM's registry inspects what it always inspects (the class's interfaces), and the
+    engine stops with the reason on stderr."""
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+        from draft_head_fp8.errors import HeadFp8EligibilityError
+
+        exc = HeadFp8EligibilityError(reason)
+        announce_refusal(exc)
+        raise exc
+
+    cls = type(name, (base,), {"__init__": refuse, "refusal": reason, "__module__": module})
+    cls.__qualname__ = name
+    return cls

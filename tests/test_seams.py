@@ -1,0 +1,101 @@
+"""Where vLLM keeps the names the plugin reads (vllm_plugin/seams.py), on the installed vLLM (0.32).
+The same reads on vLLM 0.33 and 0.34 are in test_vllm_releases."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import draft_head_fp8
+from draft_head_fp8.vllm_plugin import seams
+
+PACKAGE = Path(draft_head_fp8.__file__).parent
+
+
+def test_every_seam_is_where_the_table_says_on_the_installed_vllm():
+    assert seams.installed_release() == "0.32"
+    assert seams.missing() == {}
+
+
+def test_a_release_reads_its_own_row_else_the_nearest_one_below():
+    flag = seams.BY_NAME["cpu_fp8_w8a16_supported"]
+    assert (
+        flag.location("0.32")
+        == flag.location("0.33")
+        == ("vllm._custom_ops:_supports_cpu_fp8_w8a16")
+    )
+    assert flag.location("0.34") == "vllm._cpu_ops:_supports_cpu_fp8_w8a16"
+    assert flag.location("0.35") == flag.location("1.2") == flag.location("0.34")
+    assert flag.location("0.31") == flag.location("0.32")  # older than all: the oldest row
+
+
+@pytest.mark.parametrize(
+    ("version", "release"),
+    [("0.32.0", "0.32"), ("0.32.0+cpu", "0.32"), ("0.34.0", "0.34"), ("0.33.1rc1", "0.33"),
+     ("1.10.2", "1.10")],
+)  # fmt: skip
+def test_the_release_of_a_version(version, release):
+    assert seams.release_of(version) == release
+
+
+def test_a_version_that_is_not_one_is_refused():
+    with pytest.raises(ValueError, match="not a vLLM version: 'dev'"):
+        seams.release_of("dev")
+
+
+def test_reading_a_seam_where_another_release_keeps_it_names_what_is_missing():
+    # vLLM 0.32 has no vllm/_cpu_ops.py: read as if it were 0.34, the flag is missing, by name.
+    missing = seams.missing("0.34")
+    assert list(missing) == ["cpu_fp8_w8a16_supported"]
+    assert missing["cpu_fp8_w8a16_supported"].startswith(
+        "vLLM 0.34 has no vllm._cpu_ops:_supports_cpu_fp8_w8a16 (cpu_fp8_w8a16_supported: "
+    )
+    with pytest.raises(seams.SeamMissing, match="ModuleNotFoundError"):
+        seams.read("cpu_fp8_w8a16_supported", "0.34")
+
+
+def test_the_holder_is_what_the_read_returns(monkeypatch):
+    owner, attribute = seams.holder("cpu_fp8_w8a16_supported")
+    assert (owner.__name__, attribute) == ("vllm._custom_ops", "_supports_cpu_fp8_w8a16")
+    monkeypatch.setattr(owner, attribute, "patched")
+    assert seams.read("cpu_fp8_w8a16_supported") == "patched"
+
+
+def _names_in_code(path: Path) -> set[str]:
+    """Every name, attribute, imported module part and non-docstring string in a module."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.alias):
+            names.update(node.name.split("."))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.update(node.module.split("."))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docstrings:
+                names.update(part for word in node.value.split() for part in word.split("."))
+    return names
+
+
+def test_no_module_but_seams_spells_a_private_vllm_name():
+    private = seams.private_names()
+    assert {"_supports_cpu_fp8_w8a16", "_SPECULATIVE_DECODING_MODELS", "_enum"} <= private
+    spelled = {
+        str(path.relative_to(PACKAGE)): sorted(private & _names_in_code(path))
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "seams.py"
+    }
+    assert {path: names for path, names in spelled.items() if names} == {}
