@@ -270,6 +270,38 @@ def unserved_drafter(architecture: str, served: list[str]) -> str:
     )
 
 
+UNEXPECTED_DRAFTER_CLASS = "which this package's family was not written for"
+
+
+def unexpected_drafter_class(architecture: str, built: str, written_for: str, family: str) -> str:
+    """Why the flag refuses a drafter whose class in the installed vLLM is not the one its family
+    was written for (vLLM 0.34 builds Qwen3.5's MTP from a new NVIDIA class on CUDA): the family
+    knows where the old class keeps its head references, not the new one's, and wrapping the old
+    class instead would silently swap vLLM's implementation."""
+    return (
+        f"vLLM builds {architecture} as {built}, {UNEXPECTED_DRAFTER_CLASS} (the {family} family "
+        f"wraps {written_for}; serving the other class instead would swap vLLM's implementation, "
+        f"and where this one keeps its head references is unread); unset {EXPERIMENT_ENV} to "
+        "serve it as vLLM does"
+    )
+
+
+VLLM_HEAD_QUANTIZATION_CONFLICT = "vLLM's own draft-head quantization is also set"
+
+
+def vllm_head_quantization_conflict(scheme: str) -> str:
+    """Why the flag refuses an engine where vLLM's own draft-head quantization
+    (``draft_lm_head_quantization``, vLLM 0.33+) is set too: both would replace the drafter's
+    head at the share, and only one of them is exact."""
+    return (
+        f"{VLLM_HEAD_QUANTIZATION_CONFLICT} (speculative_config draft_lm_head_quantization="
+        f"{scheme!r}: vLLM serves the drafter a {scheme} copy of the target's head, with no "
+        f"exactness: its draft tokens may differ from the BF16 head's); {EXPERIMENT_ENV} serves "
+        "an FP8 head whose draft tokens are exactly the BF16 head's, proven by a receipt; set one "
+        f"of them: remove draft_lm_head_quantization, or unset {EXPERIMENT_ENV}"
+    )
+
+
 WEIGHTS_CHANGE_AFTER_PROOF = "weights can change after the post-share proof"
 
 

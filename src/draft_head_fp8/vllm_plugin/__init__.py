@@ -5,7 +5,9 @@ With the experiment flag unset it returns before importing anything: vLLM behave
 as if this package were not installed. With it set, every drafter architecture of every family
 (``draft_head_fp8.families``) is served by this package's class for it, and every other drafter
 architecture vLLM knows by a class that refuses to start (``unserved``), named lazily: no vLLM
-model file is imported until vLLM builds that drafter.
+model file is imported until vLLM builds that drafter. Each wraps the class the installed vLLM's
+registry resolves the architecture to (``vllm_classes``), or refuses it when it is not the class
+its family was written for.
 """
 
 from __future__ import annotations
@@ -30,14 +32,17 @@ def register() -> None:
     from vllm import ModelRegistry
 
     from draft_head_fp8.families import all_families
-    from draft_head_fp8.vllm_plugin import post_share, unserved
+    from draft_head_fp8.vllm_plugin import post_share, unserved, vllm_classes
 
     # The target is built before the drafter, so the watch for its lm_head must be on first.
     post_share.install_hook()
     for family in all_families():
         for architecture, vllm_class in family.drafters.items():
+            # vLLM's own entry is kept: the class it resolves to is the one wrapped (or refused).
+            vllm_classes.remember(architecture)
             ModelRegistry.register_model(architecture, registry_entry(vllm_class))
     # Every other drafter vLLM knows refuses to start: the flag would otherwise be ignored.
     for architecture in unserved.architectures():
+        vllm_classes.remember(architecture)
         ModelRegistry.register_model(architecture, unserved.registry_entry(architecture))
     _registered = True

@@ -17,7 +17,6 @@ What is decided at construction depends on when the head's bytes exist (the fami
 
 from __future__ import annotations
 
-import importlib
 from functools import cache, partial
 from typing import Any
 
@@ -31,10 +30,18 @@ from draft_head_fp8.checkpoint import resolve_model_dir, tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.exact_pick import guarantee
 from draft_head_fp8.families.family import AT_SHARE, DRAFT, Family
-from draft_head_fp8.policy import env_enabled, weights_change_after_proof
-from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share
+from draft_head_fp8.policy import (
+    env_enabled,
+    unexpected_drafter_class,
+    weights_change_after_proof,
+)
+from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share, vllm_classes
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
-from draft_head_fp8.vllm_plugin.refusal import announce_choices, announce_refusal
+from draft_head_fp8.vllm_plugin.refusal import (
+    announce_choices,
+    announce_refusal,
+    refusing_class,
+)
 from draft_head_fp8.vllm_plugin.selection import select_draft_head_method
 
 # Under "vllm." so that vLLM's own logging configuration shows it beside its lines.
@@ -195,16 +202,31 @@ class DraftHeadFp8Drafter:
 
 @cache
 def drafter_class(name: str) -> type:
-    """``DraftHeadFp8<vLLM class>``: the family's vLLM drafter class with the FP8 head."""
+    """``DraftHeadFp8<vLLM class>``: the class vLLM builds for the family's architecture, with the
+    FP8 head, if it is the class the family was written for; else a subclass of it that refuses
+    (``policy.unexpected_drafter_class``): a family never swaps vLLM's implementation."""
     found = families.by_drafter_class(name.removeprefix(CLASS_PREFIX))
     if not name.startswith(CLASS_PREFIX) or found is None:
         raise AttributeError(f"{__name__} has no drafter class {name!r}")
     family, architecture = found
-    module, _, attribute = family.drafters[architecture].partition(":")
-    base = getattr(importlib.import_module(module), attribute)
+    base = vllm_classes.vllm_class(architecture)
+    reason = class_refusal(family, architecture, base)
+    if reason is not None:
+        return refusing_class(name, base, reason, __name__)
     cls = type(name, (DraftHeadFp8Drafter, base), {"family": family, "__module__": __name__})
     cls.__qualname__ = name
     return cls
+
+
+def class_refusal(family: Family, architecture: str, built: type) -> str | None:
+    """Why ``family`` refuses the class vLLM builds for ``architecture``; None if it is the class
+    the family was written for."""
+    written_for = family.drafters[architecture]
+    if vllm_classes.qualified(built) == written_for:
+        return None
+    return unexpected_drafter_class(
+        architecture, vllm_classes.qualified(built), written_for, family.name
+    )
 
 
 def __getattr__(name: str) -> type:
