@@ -33,6 +33,7 @@ from draft_head_fp8.families.family import AT_SHARE, DRAFT, Family
 from draft_head_fp8.policy import (
     env_enabled,
     unexpected_drafter_class,
+    vllm_head_quantization_conflict,
     weights_change_after_proof,
 )
 from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share, vllm_classes
@@ -70,6 +71,16 @@ def weights_fixed_after_proof(vllm_config: VllmConfig) -> None:
         raise HeadFp8EligibilityError(weights_change_after_proof("; ".join(how)))
 
 
+def one_head_quantization(speculative_config: Any) -> None:
+    """Refuse vLLM's own draft-head quantization (``draft_lm_head_quantization``, vLLM 0.33+,
+    Model Runner V2) beside the flag: both replace the drafter's head at the share, vLLM's copy
+    without exactness; which one serves must be the user's choice, said, not a race. vLLM 0.32's
+    config has no such field (read with a default)."""
+    scheme = getattr(speculative_config, "draft_lm_head_quantization", None)
+    if scheme is not None:
+        raise HeadFp8EligibilityError(vllm_head_quantization_conflict(str(scheme)))
+
+
 def head_plan(family: Family, vllm_config: VllmConfig) -> HeadPlan:
     """Everything the head needs from the engine's config and environment, read once; a bad
     setting refuses start-up here, before anything is built."""
@@ -105,6 +116,7 @@ class DraftHeadFp8Drafter:
 
     def _prepare(self, vllm_config: VllmConfig) -> None:
         family = self.family
+        one_head_quantization(vllm_config.speculative_config)
         weights_fixed_after_proof(vllm_config)
         if family.refusal is not None:
             reason = family.refusal(self.config)
