@@ -91,5 +91,11 @@ def installed_vllm() -> str | None:
     return None
 
 
+def installed_vllm_version() -> tuple[str | None, str | None]:
+    """(distribution, version) of the installed vLLM, read from its metadata (no import)."""
+    name = installed_vllm()
+    return (name, None) if name is None else (name, importlib.metadata.version(name))
+
+
 def this_machine() -> Machine:
     return Machine(platform.machine(), read_flags(), installed_vllm())

