@@ -13,6 +13,7 @@ What it records:
   imported here) and the family's decision on it;
 - ``head_quantization``: vLLM's ``draft_lm_head_quantization`` field, if any, and the plugin's
   decision on that release's own ``SpeculativeConfig`` class for each scheme;
+- ``bf16_rows``: the BF16 rows' head is that release's ``ParallelLMHead``, its logits the matmul's;
 - ``cpu_kernel_gate``: the CPU head kernel's gate, which reads the W8A16 flag, as on a CPU;
 - ``decisions``: the plugin's pure decisions that read vLLM (head recognition, the FP8 scheme's
   name, the layout-keeping kernels per platform, the vocab shards): equal to 0.32's or not.
@@ -170,6 +171,27 @@ def decisions() -> dict:
     }
 
 
+def bf16_rows() -> dict:
+    """The BF16 rows' head on that release: one of its ``ParallelLMHead`` (what its unquantized
+    head method prepares a head by), prepared by its method, giving the matmul's logits."""
+    import torch
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    from draft_head_fp8.vllm_plugin.batch_paths import BF16Head
+
+    gen = torch.Generator().manual_seed(0)
+    rows = (torch.randn(128, 32, generator=gen) * 0.05).bfloat16()
+    x = torch.randn(3, 32, generator=gen).bfloat16()
+    head = BF16Head(rows)
+    expected = (x.float() @ rows.float().t()).bfloat16()
+    return {
+        "holder_is_parallel_lm_head": isinstance(head.layer, ParallelLMHead),
+        "logits_are_the_matmuls": bool(
+            torch.allclose(head(x).float(), expected.float(), atol=2e-2, rtol=2e-2)
+        ),
+    }
+
+
 def cpu_kernel_gate() -> list:
     """The CPU head kernel's gate as a CPU start would meet it: it reads the W8A16 flag where the
     release keeps it (0.34 moved it; read from the old place this raised AttributeError). The
@@ -198,6 +220,7 @@ def main() -> None:
         "cuda_qwen35": cuda_qwen35(),
         "head_quantization": head_quantization(),
         "decisions": decisions(),
+        "bf16_rows": bf16_rows(),
         "cpu_kernel_gate": cpu_kernel_gate(),
     }
     print("RELEASE-PROBE " + json.dumps(report, sort_keys=True, default=str))

@@ -161,3 +161,13 @@ def test_the_cpu_kernel_gate_reads_the_w8a16_flag_where_the_release_keeps_it(pro
     supported, why = probe(version)["cpu_kernel_gate"]
     assert supported is False
     assert why.startswith("vLLM's W8A16 op fp8_scaled_mm_cpu is missing")
+
+
+@VERSIONS
+def test_the_bf16_rows_run_through_that_releases_own_head_path(probe, version):
+    # What 0.34's CUDA skinny GEMM does with it needs a GPU; here: the holder is the class that
+    # release's head method gates on, and its logits are the matmul's.
+    assert probe(version)["bf16_rows"] == {
+        "holder_is_parallel_lm_head": True,
+        "logits_are_the_matmuls": True,
+    }

@@ -18,7 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+from vllm.model_executor.layers.vocab_parallel_embedding import (
+    ParallelLMHead,
+    UnquantizedEmbeddingMethod,
+)
 
 from draft_head_fp8.policy import bf16_from_measured
 from draft_head_fp8.settings import BF16_FROM_AUTO, BF16_FROM_NEVER
@@ -27,18 +30,29 @@ MEASURED_ROWS = (1, 2, 4, 8, 16, 32)
 _REPEATS = 3
 
 
+def head_holder(rows: torch.Tensor) -> torch.nn.Module:
+    """A ``ParallelLMHead`` holding ``rows`` and nothing else: vLLM's unquantized head method
+    prepares a head by its class (0.34 gives only a ``ParallelLMHead`` its CUDA skinny GEMM), so
+    the holder must be one. Built without ``ParallelLMHead.__init__``, which would allocate a
+    vocab shard of its own and needs the engine's tensor-parallel group."""
+    holder = object.__new__(ParallelLMHead)
+    torch.nn.Module.__init__(holder)
+    holder.weight = (
+        rows
+        if isinstance(rows, torch.nn.Parameter)
+        else torch.nn.Parameter(rows, requires_grad=False)
+    )
+    return holder
+
+
 class BF16Head:
-    """vLLM's stock BF16 head computation over given rows: on a CPU, the GEMM
-    ``dispatch_cpu_unquantized_gemm`` prepares (oneDNN holds its own reordered copy)."""
+    """vLLM's stock BF16 head computation over given rows, as the installed vLLM prepares and
+    runs a head: on a CPU, the GEMM ``dispatch_cpu_unquantized_gemm`` prepares (oneDNN holds its
+    own reordered copy); on CUDA with vLLM 0.34, its skinny GEMM where it has a plan."""
 
     def __init__(self, rows: torch.Tensor, layer: torch.nn.Module | None = None) -> None:
-        if layer is None:  # rows of our own: a holder module, prepared as vLLM prepares a head
-            layer = torch.nn.Module()
-            layer.weight = (
-                rows
-                if isinstance(rows, torch.nn.Parameter)
-                else (torch.nn.Parameter(rows, requires_grad=False))
-            )
+        if layer is None:  # rows of our own: a holder head, prepared as vLLM prepares a head
+            layer = head_holder(rows)
             UnquantizedEmbeddingMethod().process_weights_after_loading(layer)
         self.layer = layer  # the target's own head, already prepared, when the rows are its
         self.method = getattr(layer, "quant_method", None) or UnquantizedEmbeddingMethod()
