@@ -114,9 +114,9 @@ def vllm_cpu_heads(w: torch.Tensor, q) -> dict:
     """vLLM's own CPU paths for this head: the BF16 GEMM its unquantized head dispatches to,
     and the W8A16 op on the packed weight. Empty without vLLM or its op."""
     try:
-        from vllm import _custom_ops as ops
         from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
+        from draft_head_fp8.vllm_plugin import seams
         from draft_head_fp8.vllm_plugin.kernels import packed_w8a16
     except Exception:
         return {}
@@ -125,7 +125,7 @@ def vllm_cpu_heads(w: torch.Tensor, q) -> dict:
     layer.weight = torch.nn.Parameter(w, requires_grad=False)
     dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
     heads["bf16_vllm"] = lambda x: layer.cpu_linear(x, layer.weight, None)
-    if ops._supports_cpu_fp8_w8a16:
+    if seams.read("cpu_fp8_w8a16_supported"):  # wherever the installed vLLM keeps it
         heads["fp8_w8a16"] = packed_w8a16(q.weight, q.scale)  # the plugin's own call
     return heads
 

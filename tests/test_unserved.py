@@ -22,14 +22,12 @@ def test_the_reason_names_the_drafter_what_is_served_and_the_way_out():
 
 
 def test_every_speculative_architecture_vllm_knows_is_served_or_refused():
-    from vllm.model_executor.models.registry import _SPECULATIVE_DECODING_MODELS
-
-    from draft_head_fp8.vllm_plugin import unserved
+    from draft_head_fp8.vllm_plugin import seams, unserved
 
     refused = unserved.architectures()
     assert "Eagle3LlamaForCausalLM" in refused and "LlamaForCausalLMEagle3" in refused
     assert not set(refused) & set(SERVED)
-    assert set(refused) | set(SERVED) == set(_SPECULATIVE_DECODING_MODELS)
+    assert set(refused) | set(SERVED) == set(seams.read("speculative_models"))
     assert refused["Eagle3LlamaForCausalLM"] == (
         "vllm.model_executor.models.llama_eagle3:Eagle3LlamaForCausalLM"
     )

