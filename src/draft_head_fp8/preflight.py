@@ -246,6 +246,11 @@ def _notes(result: CheckResult, family: Family, head: dict, target: dict | None)
     result.notes.append(
         "pipeline parallelism is refused: vLLM skips the share, so there is no proof"
     )
+    _device_notes(result)
+
+
+def _device_notes(result: CheckResult) -> None:
+    """What the device the engine runs on adds: which kernel serves, or who decides it."""
     machine = result.machine
     if machine["vllm"] == "vllm":
         result.notes.append(
