@@ -99,3 +99,24 @@ def test_no_module_but_seams_spells_a_private_vllm_name():
         if path.name != "seams.py"
     }
     assert {path: names for path, names in spelled.items() if names} == {}
+
+
+def test_an_instance_seam_is_an_attribute_vllms_init_sets():
+    from types import SimpleNamespace
+
+    where = seams.INSTANCE_BY_NAME["gemma4_suppress_token_ids"].location("0.32")
+    assert where == "vllm.model_executor.models.gemma4_mtp:Gemma4MTP._suppress_token_ids"
+    seams._assigned_in_class(where)  # Gemma4MTP.__init__ sets it: no error
+    with pytest.raises(AttributeError, match="never sets self._no_such_ids"):
+        seams._assigned_in_class(where.replace("_suppress_token_ids", "_no_such_ids"))
+    drafter = SimpleNamespace(_suppress_token_ids=[3, 7])
+    assert seams.read_from(drafter, "gemma4_suppress_token_ids") == [3, 7]
+    assert seams.read_from(SimpleNamespace(), "gemma4_suppress_token_ids", ()) == ()
+
+
+def test_every_familys_suppressed_tokens_name_an_instance_seam():
+    from draft_head_fp8.families import all_families
+
+    named = {f.name: f.suppressed_tokens for f in all_families() if f.suppressed_tokens}
+    assert named == {"gemma4-mtp": "gemma4_suppress_token_ids"}
+    assert set(named.values()) <= set(seams.INSTANCE_BY_NAME)

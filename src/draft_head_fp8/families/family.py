@@ -162,6 +162,9 @@ class Family:
     # What `check` can already tell will refuse start-up, from configs and headers:
     # (draft config, draft folder, target description or None) -> reasons.
     problems: Callable[[Any, Path, Any], list[str]] | None = None
+    # The instance seam (``vllm_plugin.seams``) that holds the token ids vLLM's drafter masks out
+    # of its logits, which the exact pick must never choose; None where it masks none.
+    suppressed_tokens: str | None = None
 
     @property
     def shares_target_head(self) -> bool:

@@ -41,4 +41,5 @@ FAMILY = Family(
     share="embed_tokens",
     tiny="draft_head_fp8.tiny.gemma4",
     policy_inputs=policy_inputs,
+    suppressed_tokens="gemma4_suppress_token_ids",
 )

@@ -36,7 +36,7 @@ from draft_head_fp8.policy import (
     vllm_head_quantization_conflict,
     weights_change_after_proof,
 )
-from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share, vllm_classes
+from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share, seams, vllm_classes
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import (
     announce_choices,
@@ -170,7 +170,7 @@ class DraftHeadFp8Drafter:
             rescore_k=plan.rescore_k,
             cpu_kernel=plan.cpu_kernel,
             bf16_from=plan.bf16_from,
-            suppress_tokens=list(getattr(self, "_suppress_token_ids", None) or ()),
+            suppress_tokens=self._suppressed_tokens(),
         )
         post_share.arm(self, vllm_config, plan)
         logger.info(
@@ -183,6 +183,12 @@ class DraftHeadFp8Drafter:
             guarantee(method.rescore_k, plan.draft_sample_method),
         )
         announce_choices(method, plan)
+
+    def _suppressed_tokens(self) -> list[int]:
+        """The token ids vLLM's drafter masks out of its logits (the family says where vLLM keeps
+        them): the exact pick never chooses one."""
+        seam = self.family.suppressed_tokens
+        return list(seams.read_from(self, seam) or ()) if seam else []
 
     def _check_seam(self) -> None:
         """The facts a head tied to the drafter's embedding relies on, before anything is

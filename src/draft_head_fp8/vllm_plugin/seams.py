@@ -110,6 +110,30 @@ SEAMS = (
 BY_NAME = {seam.name: seam for seam in SEAMS}
 
 
+@dataclass(frozen=True)
+class InstanceSeam:
+    """A private attribute vLLM's own ``__init__`` sets on an object the plugin holds (its
+    drafter, a mixin's ``self``): where a release keeps it is ``module:Class.attribute``."""
+
+    name: str
+    why: str
+    where: dict[str, str]  # release -> "module:Class.attribute"
+
+    location = Seam.location
+
+
+INSTANCE_SEAMS = (
+    InstanceSeam(
+        "gemma4_suppress_token_ids",
+        "the token ids Gemma 4's assistant masks out of its logits: the exact pick must never "
+        "choose one (set in Gemma4MTP.__init__ from the generation config)",
+        _same("vllm.model_executor.models.gemma4_mtp:Gemma4MTP._suppress_token_ids"),
+    ),
+)
+
+INSTANCE_BY_NAME = {seam.name: seam for seam in INSTANCE_SEAMS}
+
+
 class SeamMissing(AttributeError):
     """A name the plugin reads is not where the installed vLLM should keep it."""
 
@@ -154,6 +178,36 @@ def read(name: str, release: str | None = None) -> Any:
         ) from None
 
 
+def read_from(obj: Any, name: str, default: Any = None, release: str | None = None) -> Any:
+    """Instance seam ``name`` of ``obj`` (one of the seam's class, built by vLLM), else
+    ``default`` where that object's ``__init__`` did not set it."""
+    where = INSTANCE_BY_NAME[name].location(release or installed_release())
+    return getattr(obj, where.rpartition(".")[2], default)
+
+
+def _assigned_in_class(where: str) -> None:
+    """Raise ``SeamMissing`` unless ``module:Class.attribute``'s class assigns
+    ``self.attribute`` in one of its methods (read from its source: no object is built)."""
+    import ast
+    import inspect
+    import textwrap
+
+    path, _, attribute = where.rpartition(".")
+    cls = _resolve(path)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    for node in ast.walk(tree):
+        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+        for target in targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and target.attr == attribute
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                return
+    raise AttributeError(f"{path} never sets self.{attribute}")
+
+
 def missing(release: str | None = None) -> dict[str, str]:
     """Every seam the installed vLLM lacks where the table says ``release`` keeps it -> why."""
     found = {}
@@ -162,6 +216,15 @@ def missing(release: str | None = None) -> dict[str, str]:
             read(seam.name, release)
         except SeamMissing as exc:
             found[seam.name] = str(exc)
+    for instance_seam in INSTANCE_SEAMS:
+        where = instance_seam.location(release or installed_release())
+        try:
+            _assigned_in_class(where)
+        except (ImportError, AttributeError, OSError, TypeError) as exc:
+            found[instance_seam.name] = (
+                f"vLLM {release or installed_release()} has no {where} ({instance_seam.name}: "
+                f"{instance_seam.why}); {type(exc).__name__}: {exc}"
+            )
     return found
 
 
@@ -169,7 +232,7 @@ def private_names() -> frozenset[str]:
     """The vLLM module and attribute names in the table that vLLM marks private (a leading
     underscore): no module but this one may spell them."""
     names = set()
-    for seam in SEAMS:
+    for seam in (*SEAMS, *INSTANCE_SEAMS):
         for where in seam.where.values():
             module_name, _, path = where.partition(":")
             for part in (*module_name.split("."), *path.split(".")):
