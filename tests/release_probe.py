@@ -3,6 +3,7 @@ the experiment flag on: imports the plugin beside that vLLM, registers it, and p
 object of what it found (the test asserts on it, comparing each release with the installed 0.32).
 
 What it records:
+- ``flag_off_changes_nothing``: with the flag unset, registering leaves vLLM's registry as it was;
 - ``vllm``: the version imported and from where (so a wrong path cannot pass as a release);
 - ``missing_seams``: every seam (vllm_plugin/seams.py) that release lacks where the table says;
 - ``drafters``: per speculative architecture, what vLLM's own registry builds (resolved before the
@@ -204,6 +205,25 @@ def cpu_kernel_gate() -> list:
     return list(CPUFp8W8A16HeadKernel.is_supported())
 
 
+def flag_off_changes_nothing(register) -> bool:
+    """With the flag unset, ``register`` leaves vLLM's registry exactly as it was (then the flag
+    is set back for the rest of the probe)."""
+    import os
+
+    from vllm import ModelRegistry
+
+    from draft_head_fp8.settings import EXPERIMENT_ENV
+
+    before = dict(ModelRegistry.models)
+    value = os.environ.pop(EXPERIMENT_ENV)
+    try:
+        register()
+    finally:
+        os.environ[EXPERIMENT_ENV] = value
+    after = dict(ModelRegistry.models)
+    return before.keys() == after.keys() and all(before[k] is after[k] for k in before)
+
+
 def main() -> None:
     import vllm
 
@@ -211,8 +231,10 @@ def main() -> None:
     from draft_head_fp8.vllm_plugin import register, seams
 
     assert env_enabled(), "the probe runs with the experiment flag on"
+    flag_off = flag_off_changes_nothing(register)
     register()
     report = {
+        "flag_off_changes_nothing": flag_off,
         "vllm": {"version": vllm.__version__, "file": vllm.__file__},
         "release": seams.installed_release(),
         "missing_seams": seams.missing(),

@@ -6,7 +6,8 @@ cache is there). Per release, ``tests/release_probe.py`` runs in a subprocess wi
 ``vllm/`` first on ``PYTHONPATH`` beside this environment's CPU torch, the experiment flag on:
 it registers the plugin and reports what vLLM's registry builds and what the plugin put there.
 
-What this checks, per release: the release imported is the one asked for; every seam
+What this checks, per release: the release imported is the one asked for; with the flag unset,
+registering leaves vLLM's registry exactly as it was; every seam
 (``vllm_plugin/seams.py``) is where the table says; every family's architecture is served by a
 subclass of exactly the class that release builds here, and every other speculative architecture
 refuses with its reason; the class 0.34 builds for Qwen3.5 MTP on CUDA is refused with its exact
@@ -86,6 +87,11 @@ def test_the_release_asked_for_is_the_one_imported(probe, version):
     assert report["vllm"]["version"] == version
     assert Path(report["vllm"]["file"]).is_relative_to(vllm_releases.unpacked_dir(version))
     assert report["release"] == version.rsplit(".", 1)[0]
+
+
+@VERSIONS
+def test_with_the_flag_unset_registering_leaves_vllms_registry_as_it_was(probe, version):
+    assert probe(version)["flag_off_changes_nothing"] is True
 
 
 @VERSIONS
