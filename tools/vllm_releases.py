@@ -33,6 +33,10 @@ DONE = ".unpacked"
 SKIPPED_SUFFIXES = (".so",)
 
 
+class ReleaseUnavailable(RuntimeError):
+    """A release's wheel is neither cached nor downloadable (offline, index unreachable)."""
+
+
 def cache_dir() -> Path:
     try:
         from platformdirs import user_cache_dir
@@ -66,8 +70,9 @@ def wheel(version: str, cache: Path) -> Path:
     )  # fmt: skip
     found = sorted(cache.glob(f"vllm-{version}-*.whl"))
     if done.returncode != 0 or not found:
-        raise SystemExit(
-            f"could not download the vllm {version} wheel (pip exit {done.returncode})"
+        raise ReleaseUnavailable(
+            f"could not download the vllm {version} wheel into {cache} (pip exit "
+            f"{done.returncode}); `make releases` fetches it once, with network"
         )
     return found[0]
 
@@ -100,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path", metavar="VERSION", help="print where VERSION is unpacked")
     args = parser.parse_args(argv)
     for version in [args.path] if args.path else VERSIONS:
-        where = ensure(version)
+        try:
+            where = ensure(version)
+        except ReleaseUnavailable as exc:
+            print(f"python -m tools.vllm_releases: error: {exc}", file=sys.stderr)
+            return 1
         print(where if args.path else f">> vllm {version}: {where}")
     return 0
 
