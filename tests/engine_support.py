@@ -12,6 +12,7 @@ machine can do, and on a machine with the op they also run the AVX2 kind, emulat
 
 from __future__ import annotations
 
+import getpass
 import os
 import socket
 import subprocess
@@ -93,6 +94,9 @@ LAYOUT = "convert_weight_packed" if W8A16 else "plain"
 # One vLLM cache for the session: vLLM inspects each model class once (~20 s in a subprocess)
 # and keeps the answer there.
 VLLM_CACHE = Path(tempfile.mkdtemp(prefix="dhfp8-test-vllm-cache-"))
+# And one torch inductor cache: at TP 2 every worker compiles vLLM's vocab-shard mask with
+# inductor (~20 s of C++ builds per engine with a cache of its own; a cache hit after the first).
+INDUCTOR_CACHE = Path(tempfile.mkdtemp(prefix="dhfp8-test-inductor-cache-"))
 
 
 BIN = Path(sys.executable).parent
@@ -132,10 +136,17 @@ def engine_env(
     plugins: bool = True,
     multiprocess: bool = False,
 ) -> dict:
-    return harness.engine_env(
+    env = harness.engine_env(
         tmp, flag=flag, archive=archive, plugins=plugins, multiprocess=multiprocess,
-        isolate_home=True, vllm_cache=VLLM_CACHE,
+        isolate_home=True, vllm_cache=VLLM_CACHE, inductor_cache=INDUCTOR_CACHE,
     )  # fmt: skip
+    # Inductor keeps its precompiled C++ header under $TMPDIR/torchinductor_<user> whatever its
+    # cache setting: without this link every TP 2 engine rebuilds it (~10 s, one worker waiting
+    # on the other's lock).
+    headers = Path(env["TMPDIR"]) / f"torchinductor_{getpass.getuser()}"
+    if not headers.exists():
+        headers.symlink_to(INDUCTOR_CACHE, target_is_directory=True)
+    return env
 
 
 def run_engine(tmp: Path, pair, env: dict, *extra: str, timeout: int = 600) -> harness.Launch:

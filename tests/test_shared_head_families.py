@@ -79,12 +79,17 @@ class Runs:
         return head.tensor_for(tied=not has_tensor(self.pair.target, head.tensor))
 
 
-# Every family on both of vLLM's model runners; TP 2 on V1 for every family (the trained EAGLE-1
-# pair's flag-off TP 2 run also compares vLLM's counters of accepted drafts), and on Model Runner
-# V2 (about 40 s per generate through Triton's interpreter) for the trained EAGLE-1 pair.
+# Every family on both of vLLM's model runners. TP 2 once per way a drafter holds the target's
+# head: one reference (the trained EAGLE-1 pair, on both runners; its flag-off TP 2 run on V1 also
+# compares vLLM's counters of accepted drafts), two references per rank (DeepSeek-V3's lm_head and
+# shared_head.head), and a target whose attention TP 2 splits into linear-attention heads (Qwen3.5).
+# MiMo (one reference, as EAGLE-1), GLM-4.5 (two, as DeepSeek-V3) and Qwen3-Next (as Qwen3.5) take
+# the same per-rank path, proved for each at TP 1; a TP 2 run of each proved nothing more (~35 s).
 MRV2_RANDOM_TOKENS = ("--max-tokens", "12")
 FAMILY_RUNS = [(f.name, runner) for f in SHARED for runner in RUNNERS]
-TP2_RUNS = [(f.name, "v1") for f in SHARED] + [("llama-eagle1", "mrv2")]
+TP2_RUNS = [(name, "v1") for name in ("llama-eagle1", "deepseek-v3-mtp", "qwen35-mtp")] + [
+    ("llama-eagle1", "mrv2")
+]
 
 
 def _id(case: tuple[str, str]) -> str:

@@ -33,6 +33,7 @@ def engine_env(
     multiprocess: bool = False,
     isolate_home: bool = False,
     vllm_cache: Path | None = None,
+    inductor_cache: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment of one engine process.
@@ -44,6 +45,9 @@ def engine_env(
     dropped with ``isolate_home``, kept otherwise (a user's own settings are theirs).
     ``vllm_cache``: vLLM's cache folder, when several engines share one (vLLM inspects each
     model class once in a subprocess, ~20 s, and keeps the answer there); else in ``scratch``.
+    ``inductor_cache``: torch inductor's cache, likewise: at TP > 1 vLLM compiles its vocab-shard
+    mask (``get_masked_input_and_mask``) in every worker, ~20 s of C++ builds the first time, a
+    cache hit after (a user's own launches share /tmp/torchinductor_<user> the same way).
     """
     env = dict(os.environ if environ is None else environ)
     if isolate_home:
@@ -54,7 +58,7 @@ def engine_env(
         (scratch / name).mkdir(parents=True, exist_ok=True)
     env.update(
         VLLM_CACHE_ROOT=str(vllm_cache or scratch / "cache"),
-        TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"),
+        TORCHINDUCTOR_CACHE_DIR=str(inductor_cache or scratch / "inductor"),
         TMPDIR=str(scratch / "tmp"),
         HF_HUB_OFFLINE="1",
         PYTHONUNBUFFERED="1",
