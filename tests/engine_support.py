@@ -128,6 +128,39 @@ def cpu_kind_line() -> str:
     return f"CPU kind: {MACHINE.isa}, no fp8_scaled_mm_cpu: {WHY_NO_W8A16}"
 
 
+# The architectures the engine tests build: every family's target and drafter, and the EAGLE-3
+# draft the unserved refusal starts.
+TARGET_ARCHITECTURES = (
+    "Gemma4ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "LlamaForCausalLM",
+    "MiMoForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM",
+)  # fmt: skip
+_warmed = False
+
+
+def warm_model_info() -> None:
+    """Once per session, before the first engine: vLLM's model-info cache (``VLLM_CACHE``) filled
+    in one process (``tests/model_info_warmup.py``) instead of a subprocess per class."""
+    global _warmed
+    if _warmed:
+        return
+    _warmed = True
+    from draft_head_fp8.families import all_families
+
+    drafters = [a for f in all_families() for a in f.drafters]
+    scratch = Path(tempfile.mkdtemp(prefix="dhfp8-test-warmup-"))
+    env = harness.engine_env(
+        scratch, flag=True, isolate_home=True, vllm_cache=VLLM_CACHE, inductor_cache=INDUCTOR_CACHE,
+    )  # fmt: skip
+    env = family_env("qwen35-mtp", env)  # Qwen3.5's model file imports torchvision
+    architectures = [*TARGET_ARCHITECTURES, *drafters, "Eagle3LlamaForCausalLM"]
+    script = Path(__file__).with_name("model_info_warmup.py")
+    run = subprocess.run(
+        [sys.executable, str(script), *architectures], cwd=scratch, env=env, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
 def engine_env(
     tmp: Path,
     *,
@@ -136,6 +169,7 @@ def engine_env(
     plugins: bool = True,
     multiprocess: bool = False,
 ) -> dict:
+    warm_model_info()
     env = harness.engine_env(
         tmp, flag=flag, archive=archive, plugins=plugins, multiprocess=multiprocess,
         isolate_home=True, vllm_cache=VLLM_CACHE, inductor_cache=INDUCTOR_CACHE,
