@@ -12,6 +12,7 @@ machine can do, and on a machine with the op they also run the AVX2 kind, emulat
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import socket
@@ -134,16 +135,12 @@ TARGET_ARCHITECTURES = (
     "Gemma4ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "LlamaForCausalLM",
     "MiMoForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM",
 )  # fmt: skip
-_warmed = False
 
 
+@functools.cache
 def warm_model_info() -> None:
     """Once per session, before the first engine: vLLM's model-info cache (``VLLM_CACHE``) filled
     in one process (``tests/model_info_warmup.py``) instead of a subprocess per class."""
-    global _warmed
-    if _warmed:
-        return
-    _warmed = True
     from draft_head_fp8.families import all_families
 
     drafters = [a for f in all_families() for a in f.drafters]

@@ -239,12 +239,10 @@ def drafter_class(name: str) -> type:
 def class_refusal(family: Family, architecture: str, built: type) -> str | None:
     """Why ``family`` refuses the class vLLM builds for ``architecture``; None if it is the class
     the family was written for."""
-    written_for = family.drafters[architecture]
-    if vllm_classes.qualified(built) == written_for:
+    written_for, found = family.drafters[architecture], vllm_classes.qualified(built)
+    if found == written_for:
         return None
-    return unexpected_drafter_class(
-        architecture, vllm_classes.qualified(built), written_for, family.name
-    )
+    return unexpected_drafter_class(architecture, found, written_for, family.name)
 
 
 def __getattr__(name: str) -> type:
