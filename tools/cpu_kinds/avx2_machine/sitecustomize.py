@@ -2,7 +2,7 @@
 (torch reporting no AVX512/AMX, as ``tools/cpu_kinds/avx2``) and /proc/cpuinfo read without the
 AVX512 and AMX flags (what ``check`` and the tests' machine kind see)::
 
-    PYTHONPATH=tools/cpu_kinds/avx2_machine ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \
+    PYTHONPATH=$PWD/tools/cpu_kinds/avx2_machine ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \
         .venv/bin/python -m pytest
 
 Both patches apply when their module is first imported, so a process that imports neither (the
