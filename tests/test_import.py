@@ -142,6 +142,8 @@ def test_signatures_follow_the_spec():
         "head_quant_method",
         "draft_vocab_size",
         "vocab_size",
+        # A drafter's own untied head (EAGLE-3).
+        "own_head",
     ]
     for optional in (
         "head_dtype",
@@ -154,6 +156,7 @@ def test_signatures_follow_the_spec():
     ):
         assert sig.parameters[optional].default is None
     assert sig.parameters["shared_target_head"].default is False
+    assert sig.parameters["own_head"].default is False
     select = inspect.signature(draft_head_fp8.select_draft_head_method)
     assert list(select.parameters) == list(sig.parameters) + ["method_factory"]
     assert select.parameters["method_factory"].default is None

@@ -1,6 +1,6 @@
 """Drafters no family serves refuse to start with the flag on (vllm_plugin.unserved): the pure
 reason, which architectures get a refusing class, and that class refusing before any weight
-exists. The engine test is in test_shared_head_families (an EAGLE-3 draft)."""
+exists. The engine test is in test_shared_head_families (a Qwen3 EAGLE-3 draft)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ SERVED = sorted({a for family in all_families() for a in family.drafters})
 
 
 def test_the_reason_names_the_drafter_what_is_served_and_the_way_out():
-    assert unserved_drafter("Eagle3LlamaForCausalLM", ["B", "A"]) == (
-        "Eagle3LlamaForCausalLM is not a drafter this package serves (its head would serve in "
+    assert unserved_drafter("Eagle3Qwen3ForCausalLM", ["B", "A"]) == (
+        "Eagle3Qwen3ForCausalLM is not a drafter this package serves (its head would serve in "
         "BF16, with no receipt); served: A, B; unset VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8 to serve it "
         "as vLLM does"
     )
@@ -25,11 +25,15 @@ def test_every_speculative_architecture_vllm_knows_is_served_or_refused():
     from draft_head_fp8.vllm_plugin import seams, unserved
 
     refused = unserved.architectures()
-    assert "Eagle3LlamaForCausalLM" in refused and "LlamaForCausalLMEagle3" in refused
+    # EAGLE-3 for Llama is served; the other EAGLE-3 drafters (not built or run here) refuse.
+    assert {"Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3"} <= set(SERVED)
+    assert {"Eagle3Qwen3ForCausalLM", "Eagle3DeepseekV2ForCausalLM", "PEagleDraftModel"} <= set(
+        refused
+    )
     assert not set(refused) & set(SERVED)
     assert set(refused) | set(SERVED) == set(seams.read("speculative_models"))
-    assert refused["Eagle3LlamaForCausalLM"] == (
-        "vllm.model_executor.models.llama_eagle3:Eagle3LlamaForCausalLM"
+    assert refused["Eagle3Qwen3ForCausalLM"] == (
+        "vllm.model_executor.models.qwen3_eagle3:Eagle3Qwen3ForCausalLM"
     )
 
 
@@ -38,11 +42,12 @@ def test_the_refusing_class_is_vllms_and_refuses_at_construction(capsys):
 
     from draft_head_fp8.vllm_plugin import unserved
 
-    cls = unserved.refusing_class("DraftHeadFp8UnservedLlamaForCausalLMEagle3")
+    # P-EAGLE's parallel drafting: vLLM's EAGLE-3 Llama class, but no family claims it.
+    cls = unserved.refusing_class("DraftHeadFp8UnservedPEagleDraftModel")
     assert issubclass(cls, Eagle3LlamaForCausalLM)
     with pytest.raises(HeadFp8EligibilityError) as refused:
         cls(vllm_config=None)
-    assert str(refused.value) == unserved_drafter("LlamaForCausalLMEagle3", SERVED)
+    assert str(refused.value) == unserved_drafter("PEagleDraftModel", SERVED)
     assert capsys.readouterr().err == f"draft-head-fp8: refusing to start: {refused.value}\n"
     with pytest.raises(AttributeError, match="no class 'DraftHeadFp8UnservedEagleLlama"):
         unserved.refusing_class("DraftHeadFp8UnservedEagleLlamaForCausalLM")  # served: a family's

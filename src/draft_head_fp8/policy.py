@@ -130,6 +130,7 @@ def eligibility(
     head_quant_method: str | None = None,
     draft_vocab_size: int | None = None,
     vocab_size: int | None = None,
+    own_head: bool = False,
 ) -> Eligibility:
     """The first failing rule's reason, or ``eligible`` (docs/contract.md, "Policy").
 
@@ -137,7 +138,9 @@ def eligibility(
     ``shared_target_head`` when the head is the target's, handed to the drafter at vLLM's share
     (its bytes are the target's, so the tie rule does not apply; they must be BF16 and on no
     quant method yet: ``head_quant_method``); ``draft_vocab_size`` / ``vocab_size`` when the
-    drafter has a vocabulary of its own (EAGLE-3).
+    drafter has a vocabulary of its own (EAGLE-3); ``own_head`` when the head is the drafter's
+    own untied ``lm_head``, loaded from its own checkpoint (EAGLE-3): its vocabulary is its own and
+    its FP8 copy a new Parameter, so neither the own-vocabulary rule nor the tie rule applies.
     """
     spec = online_quant_spec(quant_config)
     # The rules in the contract's order: first whether this layer is the draft's LM head on the
@@ -155,6 +158,7 @@ def eligibility(
             head_quant_method=head_quant_method,
             draft_vocab_size=draft_vocab_size,
             vocab_size=vocab_size,
+            own_head=own_head,
         )
         or "eligible"
     )
@@ -203,11 +207,14 @@ def _head_rule(
     head_quant_method: str | None,
     draft_vocab_size: int | None,
     vocab_size: int | None,
+    own_head: bool = False,
 ) -> str | None:
     """The first rule about the head's bytes that fails (None: an FP8 copy can serve it)."""
     if ordered_embeddings:
         # Centroid heads gather rows of lm_head.weight directly; an FP8 weight cannot serve that.
         return "ordered embeddings bypass LogitsProcessor.quant_method.apply"
+    if own_head:
+        return _own_head_rule(draft_vocab_size, vocab_size, head_dtype, model_dtype)
     if draft_vocab_size is not None and vocab_size is not None and draft_vocab_size != vocab_size:
         # The head would be a second head over the draft's own vocabulary, not the target's.
         return (
@@ -228,6 +235,28 @@ def _head_rule(
             f"target LM head is already quantized ({head_quant_method}): an exact FP8 draft head "
             "is made from its BF16 rows"
         )
+    return None
+
+
+def own_head_over_whole_vocabulary(rows: int) -> str:
+    return (
+        f"draft head of its own over the target's whole vocabulary ({rows} rows): vLLM compares "
+        "it byte for byte with the target's head after loading and shares the target's when "
+        "equal, which an FP8 copy made at load cannot take part in; serve this draft with the "
+        f"flag unset"
+    )
+
+
+def _own_head_rule(
+    draft_vocab_size: int | None, vocab_size: int | None, head_dtype: Any, model_dtype: Any
+) -> str | None:
+    """A drafter's own untied head over its own vocabulary (EAGLE-3)."""
+    if draft_vocab_size is None or vocab_size is None:
+        return "draft head of its own without a known draft and target vocabulary size"
+    if draft_vocab_size == vocab_size:
+        return own_head_over_whole_vocabulary(draft_vocab_size)
+    if head_dtype is not None and model_dtype is not None and str(head_dtype) != str(model_dtype):
+        return "custom FP8 head requires head dtype aligned with hidden dtype"
     return None
 
 

@@ -156,8 +156,9 @@ def bf16_head_rows(family: Any, target_dir: str, assistant_dir: str) -> Any:
     from draft_head_fp8.checkpoint import find_tensor, has_tensor
     from draft_head_fp8.families.family import DRAFT
 
-    folder = assistant_dir if family.head.folder == DRAFT else target_dir
-    name = family.head.tensor_for(tied=not has_tensor(folder, family.head.tensor))
+    head = family.head_in(assistant_dir)
+    folder = assistant_dir if head.folder == DRAFT else target_dir
+    name = head.tensor_for(tied=not has_tensor(folder, head.tensor))
     path, _, _ = find_tensor(folder, name)
     with safe_open(path, framework="pt") as f:
         return f.get_tensor(name).to(torch.bfloat16)

@@ -56,7 +56,11 @@ def capture(modules: Modules, *, head: Any, decision: Eligibility, phase: str) -
     draft_config = getattr(drafter, "config", None)
     text_config = present_or(getattr(draft_config, "text_config", None), draft_config)
     config_hidden = _config_dim(text_config, "hidden_size")
-    config_vocab = _config_dim(text_config, "vocab_size")
+    # The head's vocabulary: the draft's own where its config names one (EAGLE-3), else the
+    # vocabulary it shares with the target.
+    config_vocab = _config_dim(text_config, "draft_vocab_size") or _config_dim(
+        text_config, "vocab_size"
+    )
     partition_hidden = _int_or_none(getattr(head, "input_size_per_partition", None))
     partition_vocab = _int_or_none(getattr(head, "output_size_per_partition", None))
     hidden = config_hidden if config_hidden is not None else partition_hidden

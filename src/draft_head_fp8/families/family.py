@@ -32,6 +32,9 @@ class HeadSource:
     when: str  # AT_LOAD or AT_SHARE
     # The tensor instead, when that checkpoint ties its head to its embedding.
     tied_tensor: str | None = None
+    # A head of the drafter's own (AT_LOAD) whose bytes are its own embedding's (an MTP assistant
+    # whose lm_head.weight vLLM never loads), not a head tensor of its own (EAGLE-3's lm_head).
+    tied_to_draft_embedding: bool = False
 
     def tensor_for(self, tied: bool) -> str:
         return self.tied_tensor if tied and self.tied_tensor else self.tensor
@@ -165,10 +168,20 @@ class Family:
     # The instance seam (``vllm_plugin.seams``) that holds the token ids vLLM's drafter masks out
     # of its logits, which the exact pick must never choose; None where it masks none.
     suppressed_tokens: str | None = None
+    # Where the family's drafts differ in whose head they read (EAGLE-3: a head of its own, or
+    # none and the target's), which one a draft folder's checkpoint reads; else always ``head``.
+    head_for: Callable[[Path], HeadSource] | None = None
 
     @property
     def shares_target_head(self) -> bool:
+        """Whether this family's drafts read the target's head (by default: ``head``)."""
         return self.head.when == AT_SHARE
+
+    def head_in(self, draft_folder: str | Path | None) -> HeadSource:
+        """The head the draft in ``draft_folder`` reads (``head`` without a folder to look at)."""
+        if self.head_for is None or draft_folder is None:
+            return self.head
+        return self.head_for(Path(draft_folder))
 
     def resolve(self, drafter: Any, target_model: Any) -> Modules:
         return resolve(drafter, target_model)

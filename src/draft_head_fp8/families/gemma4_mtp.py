@@ -37,7 +37,12 @@ FAMILY = Family(
     model_types=("gemma4_assistant", "gemma4_mtp"),
     hf_architectures=("Gemma4AssistantForCausalLM",),
     target_model_types=("gemma4", "gemma4_text"),
-    head=HeadSource(folder=DRAFT, tensor="model.embed_tokens.weight", when=AT_LOAD),
+    head=HeadSource(
+        folder=DRAFT,
+        tensor="model.embed_tokens.weight",
+        when=AT_LOAD,
+        tied_to_draft_embedding=True,
+    ),
     share="embed_tokens",
     tiny="draft_head_fp8.tiny.gemma4",
     policy_inputs=policy_inputs,

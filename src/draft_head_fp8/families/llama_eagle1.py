@@ -14,7 +14,7 @@ draft reads the target's ``lm_head`` on every draft token.
 - Recognised by its weights: a Llama config is an EAGLE-1 draft when its folder holds ``fc``.
 - A draft with a head of its own is outside this family: vLLM 0.32's EAGLE Llama builds no
   ``lm_head`` module to load it into, so such a checkpoint does not start with or without the
-  flag; EAGLE-3 drafts (own vocabulary) are another vLLM class, never wrapped here.
+  flag; EAGLE-3 drafts (``fc`` over three hidden states) are not this family's.
 """
 
 from __future__ import annotations
@@ -22,16 +22,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from draft_head_fp8.families.family import DRAFT, Family
+from draft_head_fp8.families.family import DRAFT, Family, config_value
 from draft_head_fp8.families.target_head import TARGET_HEAD, policy_inputs
 
 FUSION_TENSOR = "fc.weight"
 
 
 def recognise(config: Any, folder: Path) -> bool:
-    from draft_head_fp8.checkpoint import has_tensor
+    """An EAGLE-1 ``fc`` joins two vectors of the hidden size (the embedding and one hidden
+    state); an EAGLE-3 draft's joins three of the target's layers, and is not this family's."""
+    from draft_head_fp8.checkpoint import CheckpointError, find_tensor
 
-    return has_tensor(folder, FUSION_TENSOR)
+    try:
+        shape = find_tensor(folder, FUSION_TENSOR)[1].get("shape")
+    except CheckpointError:
+        return False
+    hidden = config_value(config, "hidden_size")
+    return hidden is None or shape == [hidden, 2 * hidden]
 
 
 FAMILY = Family(

@@ -81,14 +81,21 @@ def one_head_quantization(speculative_config: Any) -> None:
         raise HeadFp8EligibilityError(vllm_head_quantization_conflict(str(scheme)))
 
 
+def draft_folder(vllm_config: VllmConfig) -> Any:
+    draft_config = vllm_config.speculative_config.draft_model_config
+    return resolve_model_dir(draft_config.model, getattr(draft_config, "revision", None))
+
+
 def head_plan(family: Family, vllm_config: VllmConfig) -> HeadPlan:
     """Everything the head needs from the engine's config and environment, read once; a bad
     setting refuses start-up here, before anything is built."""
     speculative = vllm_config.speculative_config
     draft_config = speculative.draft_model_config
-    source_config = draft_config if family.head.folder == DRAFT else vllm_config.model_config
+    head = family.head_in(draft_folder(vllm_config))
+    source_config = draft_config if head.folder == DRAFT else vllm_config.model_config
     return HeadPlan(
         family=family,
+        head=head,
         rescore_k=settings.exact_pick_top_k(),
         cpu_kernel=settings.cpu_kernel(),
         bf16_from=settings.bf16_from(),
@@ -122,7 +129,7 @@ class DraftHeadFp8Drafter:
             reason = family.refusal(self.config)
             if reason:
                 raise HeadFp8EligibilityError(reason)
-        if family.head.when == AT_SHARE:
+        if family.head_in(draft_folder(vllm_config)).when == AT_SHARE:
             self._plan_the_share(vllm_config)
         else:
             self._choose_own_head(vllm_config)
@@ -141,6 +148,11 @@ class DraftHeadFp8Drafter:
 
     def _choose_own_head(self, vllm_config: VllmConfig) -> None:
         draft_config = vllm_config.speculative_config.draft_model_config
+        plan = head_plan(self.family, vllm_config)
+        inputs = self.family.policy_inputs(self.config)
+        if not plan.head.tied_to_draft_embedding:
+            # A head tensor of the drafter's own (EAGLE-3), not the target's.
+            inputs = {**inputs, "shared_target_head": False, "own_head": True}
         method, decision = select_draft_head_method(
             layer=self.lm_head,
             quant_config=fp8_head_quant_config(),
@@ -149,19 +161,18 @@ class DraftHeadFp8Drafter:
             enabled=env_enabled(),
             head_dtype=self.lm_head.weight.dtype,
             model_dtype=draft_config.dtype,
-            **self.family.policy_inputs(self.config),
+            **inputs,
         )
         self.head_decision = decision
         if method is None:
             return
-        self._check_seam()
-        plan = head_plan(self.family, vllm_config)
+        self._check_seam(plan)
         indices = self.lm_head.shard_indices
         method.checkpoint_source = partial(
             tensor_sha256_as,
             plan.checkpoint_dir,
             self.lm_head.weight.dtype,
-            self.family.head.tensor,
+            plan.head.tensor,
             # This rank's real rows only: at TP N each rank holds a vocab shard.
             rows=(indices.org_vocab_start_index, indices.org_vocab_end_index),
         )
@@ -190,20 +201,27 @@ class DraftHeadFp8Drafter:
         seam = self.family.suppressed_tokens
         return list(seams.read_from(self, seam) or ()) if seam else []
 
-    def _check_seam(self) -> None:
-        """The facts a head tied to the drafter's embedding relies on, before anything is
-        quantized."""
+    def _check_seam(self, plan: HeadPlan) -> None:
+        """The facts the drafter's own head relies on, before anything is quantized."""
         if not isinstance(self.lm_head.quant_method, UnquantizedEmbeddingMethod):
             raise HeadFp8EligibilityError(
                 "draft head already has quant method "
                 f"{type(self.lm_head.quant_method).__name__}; refusing to replace it"
             )
-        # vLLM never loads lm_head.weight for such a drafter: the tie to the draft embedding is
+        tied = self.lm_head.weight is self.model.embed_tokens.weight
+        # A head tied to the draft embedding: vLLM never loads its lm_head.weight, so the tie is
         # the only way the head gets bytes at all.
-        if self.lm_head.weight is not self.model.embed_tokens.weight:
+        if plan.head.tied_to_draft_embedding and not tied:
             raise HeadFp8EligibilityError(
                 "draft head is not tied to the draft embedding after construction; its FP8 "
                 "copy would be made from uninitialised memory"
+            )
+        # EAGLE-3: the head is loaded from its own tensor; an alias of the embedding (which the
+        # proposer replaces by the target's) would make the FP8 copy from the wrong bytes.
+        if not plan.head.tied_to_draft_embedding and tied:
+            raise HeadFp8EligibilityError(
+                "draft head shares its weight with the draft embedding after construction; its "
+                f"own {plan.head.tensor} would not be what the FP8 copy is made from"
             )
         if get_pp_group().world_size != 1:
             raise HeadFp8EligibilityError(no_pipeline_parallel("embedding"))

@@ -10,12 +10,13 @@ from typing import Any
 from vllm.config.quantization import resolve_quantization_config
 from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
 
-from draft_head_fp8.families.family import Family
+from draft_head_fp8.families.family import Family, HeadSource
 
 
 @dataclass(frozen=True)
 class HeadPlan:
     family: Family
+    head: HeadSource  # the head this draft reads (its family's, for its checkpoint)
     rescore_k: int  # the exact pick's top-k; 0 = plain FP8 logits
     cpu_kernel: str  # settings.cpu_kernel()
     bf16_from: str | int  # settings.bf16_from()

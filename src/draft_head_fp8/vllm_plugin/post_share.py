@@ -89,7 +89,7 @@ def arm(drafter: torch.nn.Module, vllm_config: Any, plan: HeadPlan) -> None:
     reads the target's head, every reference to a head it holds, and ``lm_head``."""
     install_hook()
     armed = _Armed(drafter, vllm_config, plan)
-    if plan.family.head.when == AT_SHARE:
+    if plan.head.when == AT_SHARE:
         points = {("", "lm_head")} | {_split(path) for path, _ in draft_heads(drafter)}
     else:
         points = {("model", plan.family.share)}
@@ -128,7 +128,7 @@ def _on_module_registered(parent: torch.nn.Module, name: str, submodule: Any) ->
         return None
     armed.remaining -= 1
     try:
-        if armed.plan.family.head.when == AT_SHARE:
+        if armed.plan.head.when == AT_SHARE:
             submodule = _private_head(armed, drafter, submodule)
         # torch sets the attribute right after this hook returns; set it now, to the same module,
         # so that the receipt observes the draft exactly as it will serve.
@@ -196,7 +196,7 @@ def _exchange(summary: Any, tp_size: int) -> list[Any]:
 
 
 def _modules(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> Modules:
-    if armed.plan.family.head.when == AT_SHARE:
+    if armed.plan.head.when == AT_SHARE:
         target = _owner_of_head(drafter, shared_head.target_head_of(armed.private))
     else:
         target = _owner_of_embedding(drafter, shared)
@@ -214,7 +214,7 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
         method=method,
         modules=modules,
         draft_sample_method=armed.plan.draft_sample_method,
-        rows_source=shared_head.rows_source(armed.plan.family),
+        rows_source=shared_head.rows_source(armed.plan.head),
     )
     failure = _first_failure(receipt, pick)
     target = modules.target
@@ -245,7 +245,7 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
     _pending.discard(drafter)
     if model_runner is not None:
         _refuse_reload(model_runner)
-    if armed.plan.family.head.when == AT_SHARE:
+    if armed.plan.head.when == AT_SHARE:
         for path, _ in drafter.named_modules(remove_duplicate=False):
             _proven[drafter.get_submodule(path) if path else drafter] = receipt_path(rank)
     _announce_pass(receipt, rank, tp_size, method, pick, boot)

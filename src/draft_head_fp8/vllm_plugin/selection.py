@@ -37,6 +37,7 @@ def select_draft_head_method(
     head_quant_method: str | None = None,
     draft_vocab_size: int | None = None,
     vocab_size: int | None = None,
+    own_head: bool = False,
     method_factory: Callable[[], Any] | None = None,
 ) -> tuple[Any, Eligibility]:
     decision = eligibility(
@@ -55,6 +56,7 @@ def select_draft_head_method(
         head_quant_method=head_quant_method,
         draft_vocab_size=draft_vocab_size,
         vocab_size=vocab_size,
+        own_head=own_head,
     )
     if not decision.eligible:
         # The user asked for FP8 on this very head and it is unsafe: the engine must not start on

@@ -25,7 +25,7 @@ from draft_head_fp8.checkpoint import tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.diagnostics import describe_paths
 from draft_head_fp8.evidence.exact_pick import ROWS_FROM_DRAFT, ROWS_FROM_TARGET_HEAD, guarantee
-from draft_head_fp8.families.family import Family
+from draft_head_fp8.families.family import AT_SHARE, HeadSource
 from draft_head_fp8.policy import env_enabled
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import announce_choices
@@ -35,9 +35,9 @@ from draft_head_fp8.vllm_plugin.selection import select_draft_head_method
 logger = init_logger(f"vllm.{__name__}")
 
 
-def rows_source(family: Family) -> str:
+def rows_source(head: HeadSource) -> str:
     """What the exact pick's rows are: the drafter's own, or the target head's weight."""
-    return ROWS_FROM_TARGET_HEAD if family.shares_target_head else ROWS_FROM_DRAFT
+    return ROWS_FROM_TARGET_HEAD if head.when == AT_SHARE else ROWS_FROM_DRAFT
 
 
 def target_head_of(private: Any) -> Any:
@@ -86,7 +86,7 @@ def make_private_head(
             tensor_sha256_as,
             plan.checkpoint_dir,
             shared.weight.dtype,
-            plan.family.head.tensor_for(tied),
+            plan.head.tensor_for(tied),
             rows=(indices.org_vocab_start_index, indices.org_vocab_end_index),
         )
         method.checkpoint_owner = "target"

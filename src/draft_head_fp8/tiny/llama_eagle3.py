@@ -1,0 +1,170 @@
+"""Tiny real Llama EAGLE-3 checkpoints (family ``llama-eagle3``): a Llama target with an untied
+head (three layers, so that vLLM's default auxiliary layers 1, 1 and 0 are real ones), and an
+EAGLE-3 draft folder as vLLM's ``Eagle3LlamaForCausalLM.load_weights`` reads it:
+
+- ``midlayer.*``: one decoder layer whose attention reads ``2 x hidden`` (the normed token
+  embedding beside the normed ``fc`` output), with ``hidden_norm``;
+- ``fc.weight`` (``[hidden, 3 x hidden]``): the three auxiliary hidden states of the target,
+  joined; ``norm.weight``;
+- the head, by variant: its own ``lm_head.weight`` over ``draft_vocab_size`` rows and ``d2t``
+  (draft id -> target id offset) where the draft vocabulary is a subset of the target's, or no
+  head at all (vLLM then shares the target's, as for EAGLE-1).
+
+No embedding: vLLM shares the target's, as every published EAGLE-3 draft expects. The draft's
+weights come from ``Randoms`` (seeded, bf16): transformers has no EAGLE-3 model to save, and the
+decoder layer's shapes are not a Llama layer's (the ``2 x hidden`` attention input).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from draft_head_fp8.tiny.common import (
+    SMALL_TEXT,
+    WEIGHTS,
+    Randoms,
+    TinyPair,
+    copy_tokenizer,
+    empty_folder,
+    save_model,
+    train_tokenizer,
+)
+
+VOCAB = SMALL_TEXT["vocab_size"]
+HIDDEN = SMALL_TEXT["hidden_size"]
+INTERMEDIATE = SMALL_TEXT["intermediate_size"]
+HEADS, KV_HEADS, HEAD_DIM = 2, 1, 64
+# The draft vocabulary of the own-head variant: half the target's, as 32000 of Llama 3's 128256.
+DRAFT_VOCAB = VOCAB // 2
+VARIANTS = {
+    "shared_head": "no head of its own: the target's head is shared (served as EAGLE-1 is)",
+    "full_vocab_own_head": (
+        "a head of its own over the target's whole vocabulary (refused: vLLM compares it byte for "
+        "byte with the target's at the share)"
+    ),
+}
+
+
+def target_config():
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        **SMALL_TEXT,
+        num_hidden_layers=3,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        tie_word_embeddings=False,
+        architectures=["LlamaForCausalLM"],
+    )
+
+
+def draft_config(draft_vocab: int | None) -> dict:
+    """The draft's config.json: a one-layer Llama config named as published EAGLE-3 drafts are
+    (``LlamaForCausalLMEagle3``); ``draft_vocab_size`` where it has a vocabulary of its own."""
+    config = target_config().to_dict()
+    config.update(
+        num_hidden_layers=1,
+        architectures=["LlamaForCausalLMEagle3"],
+        tie_word_embeddings=False,
+        target_hidden_size=HIDDEN,
+        dtype="bfloat16",
+    )
+    if draft_vocab is not None:
+        config["draft_vocab_size"] = draft_vocab
+    return config
+
+
+def draft_vocabulary(seed: int, size: int):
+    """Which target ids the draft may propose, sorted (so ``d2t`` keeps vLLM's id order): the
+    special tokens and a seeded sample of the rest."""
+    import torch
+
+    from draft_head_fp8.tiny.common import SPECIAL_IDS
+
+    special = sorted({int(v) for v in SPECIAL_IDS.values() if isinstance(v, int)})
+    rest = [i for i in range(VOCAB) if i not in special]
+    order = torch.randperm(len(rest), generator=torch.Generator().manual_seed(seed + 7))
+    chosen = sorted(special + [rest[int(i)] for i in order[: size - len(special)]])
+    return torch.tensor(chosen, dtype=torch.long)
+
+
+def draft_tensors(seed: int, draft_vocab: int | None, *, own_head: bool) -> dict:
+    import torch
+
+    rand = Randoms(seed)
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    layer = "midlayer."
+    tensors = {
+        f"{layer}input_layernorm.weight": rand.ones(HIDDEN),
+        f"{layer}hidden_norm.weight": rand.ones(HIDDEN),
+        f"{layer}post_attention_layernorm.weight": rand.ones(HIDDEN),
+        f"{layer}self_attn.q_proj.weight": rand.normal(q, 2 * HIDDEN),
+        f"{layer}self_attn.k_proj.weight": rand.normal(kv, 2 * HIDDEN),
+        f"{layer}self_attn.v_proj.weight": rand.normal(kv, 2 * HIDDEN),
+        f"{layer}self_attn.o_proj.weight": rand.normal(HIDDEN, q),
+        f"{layer}mlp.gate_proj.weight": rand.normal(INTERMEDIATE, HIDDEN),
+        f"{layer}mlp.up_proj.weight": rand.normal(INTERMEDIATE, HIDDEN),
+        f"{layer}mlp.down_proj.weight": rand.normal(HIDDEN, INTERMEDIATE),
+        "fc.weight": rand.normal(HIDDEN, 3 * HIDDEN),
+        "norm.weight": rand.ones(HIDDEN),
+    }
+    if own_head:
+        rows = draft_vocab or VOCAB
+        # Wider than the layers' 0.02: random logits far enough apart to pick one token each.
+        tensors["lm_head.weight"] = rand.normal(rows, HIDDEN, std=0.5)
+    if draft_vocab is not None and draft_vocab != VOCAB:
+        ids = draft_vocabulary(seed, draft_vocab)
+        tensors["d2t"] = ids - torch.arange(draft_vocab)
+        t2d = torch.zeros(VOCAB, dtype=torch.bool)
+        t2d[ids] = True
+        tensors["t2d"] = t2d
+    return tensors
+
+
+def write_draft(folder: Path, tokenizer_dir: Path, *, seed: int, draft_vocab: int | None,
+                own_head: bool) -> None:  # fmt: skip
+    from safetensors.torch import save_file
+
+    save_file(draft_tensors(seed, draft_vocab, own_head=own_head), folder / WEIGHTS,
+              metadata={"format": "pt"})  # fmt: skip
+    config = draft_config(draft_vocab)
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    copy_tokenizer(tokenizer_dir, folder)
+
+
+def build(
+    out: str | os.PathLike,
+    *,
+    shared_head: bool = False,
+    full_vocab_own_head: bool = False,
+    seed: int = 0,
+) -> TinyPair:
+    """Write ``out/target`` and ``out/assistant`` (the EAGLE-3 draft). By default the draft has
+    its own head over half the target's vocabulary. Refuses folders with files."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    if shared_head and full_vocab_own_head:
+        raise ValueError("shared_head and full_vocab_own_head are two different drafts")
+    out = Path(out)
+    pair = TinyPair(target=out / "target", assistant=out / "assistant")
+    for folder in (pair.target, pair.assistant):
+        empty_folder(folder)
+    torch.manual_seed(seed)
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
+        tok_dir = Path(scratch) / "tokenizer"
+        train_tokenizer(tok_dir, VOCAB)
+        save_model(LlamaForCausalLM(target_config()), tok_dir, pair.target)
+        if shared_head:
+            draft_vocab = None
+        elif full_vocab_own_head:
+            draft_vocab = VOCAB
+        else:
+            draft_vocab = DRAFT_VOCAB
+        write_draft(pair.assistant, pair.target, seed=seed, draft_vocab=draft_vocab,
+                    own_head=not shared_head)  # fmt: skip
+    return pair
