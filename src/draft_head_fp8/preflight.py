@@ -16,7 +16,15 @@ from types import SimpleNamespace
 from draft_head_fp8 import families, settings
 from draft_head_fp8.checkpoint import CheckpointError, read_config
 from draft_head_fp8.errors import HeadFp8EligibilityError
-from draft_head_fp8.families.family import TARGET, Family, config_value, top_value
+from draft_head_fp8.families.family import (
+    AT_SHARE,
+    DRAFT,
+    TARGET,
+    Family,
+    HeadSource,
+    config_value,
+    top_value,
+)
 from draft_head_fp8.machine import Machine, this_machine
 from draft_head_fp8.policy import EXPECTED_ONLINE_SPEC, Eligibility, eligibility, slow_cpu_refusal
 from draft_head_fp8.shards import VOCAB_PADDING, padded_vocab
@@ -46,6 +54,19 @@ class CheckResult:
     device: str = THIS
     # What the device the engine runs on refuses, apart from the head (a CPU without the op).
     device_problems: list[str] = field(default_factory=list)
+    head: HeadSource | None = None  # the head this draft reads (the family's, by default)
+
+    @property
+    def shares_target_head(self) -> bool:
+        return (self.head or self.family.head).when == AT_SHARE
+
+    @property
+    def head_vocab_size(self) -> int | None:
+        """Rows of the head the draft reads: the target's vocabulary where it is the target's
+        head, else the draft's (its own vocabulary where it has one, EAGLE-3)."""
+        if self.shares_target_head and self.target:
+            return self.target["vocab_size"]
+        return self.assistant["draft_vocab_size"] or self.assistant["vocab_size"]
 
     @property
     def head_eligible(self) -> bool:
@@ -83,10 +104,27 @@ def _describe(path: str | os.PathLike, config: dict) -> dict:
         "architectures": config.get("architectures"),
         "hidden_size": config_value(config, "hidden_size"),
         "vocab_size": config_value(config, "vocab_size"),
+        # A vocabulary of the drafter's own (EAGLE-3), mapped to the target's ids by vLLM.
+        "draft_vocab_size": top_value(config, "draft_vocab_size"),
         "dtype": _dtype(config),
         "tie_word_embeddings": bool(top_value(config, "tie_word_embeddings", True)),
         "use_ordered_embeddings": bool(top_value(config, "use_ordered_embeddings", False)),
         "backbone_hidden_size": config.get("backbone_hidden_size"),
+    }
+
+
+def _policy_inputs(inputs: dict, head: HeadSource, assistant: dict, target: dict | None) -> dict:
+    """The family's policy inputs, for the head this draft reads."""
+    if head.folder != DRAFT or head.tied_to_draft_embedding:
+        return inputs
+    # A head tensor of the drafter's own (EAGLE-3): vLLM gives it the target's vocabulary when
+    # the config names no draft vocabulary.
+    return {
+        **inputs,
+        "shared_target_head": False,
+        "own_head": True,
+        "draft_vocab_size": assistant["draft_vocab_size"] or assistant["vocab_size"],
+        "vocab_size": (target or assistant)["vocab_size"],
     }
 
 
@@ -167,7 +205,9 @@ def check_assistant(
                 f"{family.title}'s target ({' or '.join(family.target_model_types)})"
             )
         target = _describe(target_dir, target_config)
-    head_config = target if family.shares_target_head and target else assistant
+    head = family.head_in(assistant_dir)
+    head_config = target if head.when == AT_SHARE and target else assistant
+    inputs = _policy_inputs(family.policy_inputs(assistant_config), head, assistant, target)
     decision = eligibility(
         layer=None,
         # The scheme the plugin always asks for: vLLM's fp8_per_tensor shorthand.
@@ -180,11 +220,11 @@ def check_assistant(
         model_dtype=target["dtype"] if target else None,
         parallel_lm_head_type=_PlannedParallelLMHead,
         parallel_lm_head_class=_PlannedParallelLMHead,
-        **family.policy_inputs(assistant_config),
+        **inputs,
     )
     facts, setting_refusal, machine_refusal = _machine_verdict(device_machine(device, machine))
     facts["device"] = device
-    result = CheckResult(family, assistant, target, decision, facts, device=device)
+    result = CheckResult(family, assistant, target, decision, facts, device=device, head=head)
     refusal = family.refusal(assistant_config) if family.refusal else None
     if refusal:
         result.receipt_problems.append(refusal)
@@ -194,24 +234,24 @@ def check_assistant(
         result.receipt_problems.append(setting_refusal)
     if machine_refusal:
         result.device_problems.append(machine_refusal)
-    _notes(result, family, head_config, target)
+    _notes(result, target)
     return result
 
 
-def _notes(result: CheckResult, family: Family, head: dict, target: dict | None) -> None:
+def _notes(result: CheckResult, target: dict | None) -> None:
     serving_dtype = (target or result.assistant)["dtype"]
     if serving_dtype is not None and serving_dtype != "bfloat16":
         result.receipt_problems.append(
             f"serving dtype {serving_dtype} is not bfloat16: the receipt requires BF16 embeddings "
             "and a BF16 target head (run with --dtype bfloat16)"
         )
-    vocab = head["vocab_size"]
+    vocab = result.head_vocab_size
     if isinstance(vocab, int) and vocab % VOCAB_PADDING:
         result.notes.append(
             f"vocab {vocab} is padded by vLLM to {padded_vocab(vocab)} rows: the receipt will be "
             "v3 or later, which proves the padding (v2 cannot describe it)"
         )
-    if family.shares_target_head:
+    if result.shares_target_head:
         result.notes.append(
             "the drafter reads the target's lm_head: a private FP8 copy serves it, made at the "
             "share from the target head's BF16 rows, which also rescore the exact pick; memory: "
@@ -223,14 +263,20 @@ def _notes(result: CheckResult, family: Family, head: dict, target: dict | None)
             "where the BF16 rows also serve large batches on a CPU, vLLM's BF16 GEMM keeps its "
             "own packed copy of them, as the stock head does"
         )
-    if target is not None and not family.shares_target_head:
+    if result.assistant["draft_vocab_size"] not in (None, result.assistant["vocab_size"]):
+        result.notes.append(
+            f"the drafter's own head covers its own vocabulary ({vocab} of the target's "
+            f"{result.assistant['vocab_size']} tokens); vLLM maps each draft token to the "
+            "target's id after the exact pick"
+        )
+    if target is not None and not result.shares_target_head:
         backbone = result.assistant["backbone_hidden_size"]
         if backbone not in (None, target["hidden_size"]):
             result.notes.append(
                 f"assistant backbone_hidden_size {backbone} != target hidden_size "
                 f"{target['hidden_size']}: this assistant was not made for this target"
             )
-        if target["vocab_size"] != vocab:
+        if target["vocab_size"] != result.assistant["vocab_size"]:
             result.notes.append(f"vocab differs: assistant {vocab}, target {target['vocab_size']}")
     if not target:
         result.notes.append(
@@ -268,10 +314,8 @@ def _device_notes(result: CheckResult) -> None:
 
 def planned_head_bytes(result: CheckResult) -> tuple[int, int] | None:
     """Bytes of one read of the draft head, BF16 and FP8 (plus its 4-byte scale)."""
-    head = (
-        result.target if result.family.shares_target_head and result.target else (result.assistant)
-    )
-    hidden, vocab = head["hidden_size"], head["vocab_size"]
+    head = result.target if result.shares_target_head and result.target else result.assistant
+    hidden, vocab = head["hidden_size"], result.head_vocab_size
     if not (isinstance(hidden, int) and isinstance(vocab, int)):
         return None
     return hidden * vocab * 2, hidden * vocab + 4

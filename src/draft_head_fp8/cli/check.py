@@ -183,8 +183,10 @@ def _json_report(result: CheckResult, sizes: tuple[int, int] | None, estimate: d
 def _print_facts(result: CheckResult) -> None:
     """The drafter, the machine and the target, one line each, before the verdict."""
     a, family = result.assistant, result.family
-    if family.shares_target_head:
+    if result.shares_target_head:
         head = "the target's lm_head, shared"
+    elif a["draft_vocab_size"] not in (None, a["vocab_size"]):
+        head = f"its own head over {a['draft_vocab_size']} draft tokens, untied"
     else:
         kind = "centroid (ordered embeddings)" if a["use_ordered_embeddings"] else "dense"
         head = f"{kind} head, {'tied' if a['tie_word_embeddings'] else 'untied'}"
