@@ -8,7 +8,7 @@ calls (``estimate.step_bytes``, with the command's defaults: top-8 rescoring, H2
 the bytes one decode step reads with the BF16 head and with the FP8 head, and the speed-up at
 equal acceptance (the exact pick keeps every draft token the BF16 head's). A memory-bound model
 from configs and safetensors headers alone: no weight exists, none is read. The checkpoints go
-to a temporary folder removed afterwards, or to ``--out DIR`` (kept; about 31 MB of headers).
+to a temporary folder removed afterwards, or to ``--out DIR`` (kept; about 34 MB of headers).
 Prints the full table and the README's compact one; writes bench/results/estimate_table.json.
 """
 
@@ -75,12 +75,15 @@ def estimate_pair(pair: Pair, out: Path) -> dict:
     config = read_config(draft)
     family = families.for_config(config, draft)
     text = config.get("text_config") or config
+    # The head a draft token reads: the target's vocabulary, or the drafter's own (EAGLE-3).
+    head = estimate.head_shape(read_config(target), config, draft)
     result = {
         "target": pair.target,
         "drafter": pair.drafter,
         "family": family.name if family else None,
         "hidden": text["hidden_size"],
         "vocab": text["vocab_size"],
+        "head_rows": head.rows,
         "folders": {"target": str(target.relative_to(out)), "draft": str(draft.relative_to(out))},
         "rows": [],
         "reason": unplaced_drafter(target, draft),
@@ -121,7 +124,7 @@ def _cell(r: dict) -> str:
 
 
 def _title(p: dict) -> str:
-    return f"{p['target']} + {p['drafter']} ({p['vocab']} x {p['hidden']} head)"
+    return f"{p['target']} + {p['drafter']} ({p['head_rows']} x {p['hidden']} head)"
 
 
 def full_table(result: dict) -> str:
@@ -147,7 +150,7 @@ def compact_table(result: dict) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for p in result["pairs"].values():
-        name, head = f"{p['target']} + {p['drafter']}", f"{p['vocab']} x {p['hidden']}"
+        name, head = f"{p['target']} + {p['drafter']}", f"{p['head_rows']} x {p['hidden']}"
         if p["reason"]:
             lines.append(f"| {name} | {head} | {p['reason']} | | |")
             continue

@@ -34,6 +34,34 @@ lists in THUDM/slime's scripts/models/):
   ships it, a LlamaForCausalLM config that vLLM names EagleLlamaForCausalLM): one decoder layer
   without its input norm and ``fc`` [4096, 8192]; no embedding and no head (vLLM shares the
   target's).
+- Llama 3.1 8B + EAGLE-3 (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B): the draft config as SpecForge
+  ships it (configs/llama3-8B-eagle3.json) and as copies of the published one show it
+  (jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B: "copied from yuhuili/... with the
+  architecture in config.json modified to LlamaForCausalLMEagle3"): one layer, hidden 4096,
+  14336, 32 query / 8 KV heads, vocab 128256, draft_vocab_size 32000, untied, float16 (served
+  BF16: the same two bytes). The target: the Llama 3.1 8B above.
+- Llama 3.3 70B + EAGLE-3 (yuhuili/EAGLE3-LLaMA3.3-Instruct-70B): the target
+  (meta-llama/Llama-3.3-70B-Instruct) 80 layers, hidden 8192, 28672, 64 query / 8 KV heads of
+  128, vocab 128256, untied; the draft as SpecForge's configs/llama3-70B-ealge3.json states a
+  Llama 3 70B EAGLE-3 draft: one layer of the target's width (8192, 28672, 64 / 8 heads of
+  128), draft_vocab_size 32000. yuhuili's own config.json for the 70B draft was not readable
+  here; its hidden and vocabulary must be the target's, its draft vocabulary and MLP width are
+  SpecForge's figures.
+- Qwen3-30B-A3B + EAGLE-3 (Tengyunw/qwen3_30b_moe_eagle3, trained with SpecForge, listed in
+  its README): the target (Qwen/Qwen3-30B-A3B, its model card and config) 48 layers, hidden
+  2048, 32 query / 4 KV heads of 128 with q/k norms, every layer MoE: 128 experts of 768 top-8,
+  no shared expert, vocab 151936, untied; the draft as SpecForge's configs/qwen3-30B-eagle3.json
+  states it: one layer, hidden 2048, 6144, 32 query / 4 KV heads of 128, vocab 151936,
+  draft_vocab_size 32000. Tengyunw's own config.json was not readable here: that its MLP width
+  is SpecForge's 6144 (SpecForge's later qwen3-30B-A3B-eagle3.1.json has 12288) is not
+  established; at 12288 the body grows by 75 MB per draft token and each gain falls by at most
+  1.4 % of itself (+1.00 % -> +0.99 % at batch 1, 2 draft tokens): no printed digit moves by
+  more than one.
+- Every EAGLE-3 draft: tensors named as vLLM's ``Eagle3LlamaForCausalLM.load_weights`` reads
+  them (``midlayer.*`` with ``hidden_norm``, ``fc`` [hidden, 3 x hidden], ``norm``,
+  ``lm_head`` [32000, hidden], ``d2t`` int64 [32000], ``t2d`` bool [vocab]); no embedding
+  (whether a published checkpoint holds one is not known here; vLLM shares the target's and
+  the estimate only gathers an embedding, so it moves no figure).
 - Gemma 4 31B and 26B-A4B with their 1024 x 262144 MTP assistants: exactly the shapes of
   tests/test_estimate.py (which the README's first estimate rows already quote).
 
@@ -52,8 +80,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-BF16, F32, FP8 = "BF16", "F32", "F8_E4M3"
-_BYTES = {BF16: 2, F32: 4, FP8: 1}
+BF16, F32, FP8, I64, BOOL = "BF16", "F32", "F8_E4M3", "I64", "BOOL"
+_BYTES = {BF16: 2, F32: 4, FP8: 1, I64: 8, BOOL: 1}
 Tensors = dict[str, tuple[str, list[int]]]
 
 
@@ -311,19 +339,101 @@ LLAMA_3_1_8B = dict(model_type="llama", vocab_size=128256, hidden_size=4096,
                     torch_dtype="bfloat16")  # fmt: skip
 
 
-def llama31_8b_eagle1(out: Path) -> tuple[Path, Path]:
-    c = dict(LLAMA_3_1_8B, architectures=["LlamaForCausalLM"], num_hidden_layers=32)
+def llama_target(out: Path, c: dict) -> Path:
     t: Tensors = {}
     ends(t, c)
     for i in range(c["num_hidden_layers"]):
         llama_layer(t, f"model.layers.{i}", c)
-    target = write_checkpoint(out / "target", c, t)
+    return write_checkpoint(out / "target", c, t)
+
+
+def llama31_8b_eagle1(out: Path) -> tuple[Path, Path]:
+    c = dict(LLAMA_3_1_8B, architectures=["LlamaForCausalLM"], num_hidden_layers=32)
+    target = llama_target(out, c)
     d = dict(LLAMA_3_1_8B, architectures=["LlamaForCausalLM"], num_hidden_layers=1)
     draft: Tensors = {}
     llama_layer(draft, "layers.0", d)
     del draft["layers.0.input_layernorm.weight"]  # EAGLE-1's first layer has none
     linear(draft, "fc", d["hidden_size"], 2 * d["hidden_size"])
     return target, write_checkpoint(out / "draft", d, draft)
+
+
+# EAGLE-3 drafts: one decoder layer whose attention reads 2 x hidden (the token embedding beside
+# the fused hidden state), ``fc`` over three target layers' hidden states, a head of their own
+# over draft_vocab_size rows and the id maps, named as vLLM's Eagle3LlamaForCausalLM loads them.
+
+
+def eagle3_draft(out: Path, d: dict) -> Path:
+    hidden, target_hidden = d["hidden_size"], d.get("target_hidden_size") or d["hidden_size"]
+    dim = d.get("head_dim") or hidden // d["num_attention_heads"]
+    q, kv = d["num_attention_heads"] * dim, d["num_key_value_heads"] * dim
+    t: Tensors = {}
+    p = "midlayer"
+    for name in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
+        vector(t, f"{p}.{name}.weight", hidden)
+    linear(t, f"{p}.self_attn.q_proj", q, 2 * hidden)
+    linear(t, f"{p}.self_attn.k_proj", kv, 2 * hidden)
+    linear(t, f"{p}.self_attn.v_proj", kv, 2 * hidden)
+    linear(t, f"{p}.self_attn.o_proj", hidden, q)
+    swiglu(t, f"{p}.mlp", hidden, d["intermediate_size"])
+    linear(t, "fc", hidden, 3 * target_hidden)
+    vector(t, "norm.weight", hidden)
+    linear(t, "lm_head", d["draft_vocab_size"], hidden)
+    t["d2t"] = (I64, [d["draft_vocab_size"]])  # draft id -> target id offset
+    t["t2d"] = (BOOL, [d["vocab_size"]])  # which target ids are in the draft vocabulary
+    return write_checkpoint(out / "draft", d, t)
+
+
+def eagle3_config(target: dict, **fields) -> dict:
+    return dict(target, architectures=["LlamaForCausalLMEagle3"], model_type="llama",
+                num_hidden_layers=1, draft_vocab_size=32000, tie_word_embeddings=False,
+                **fields)  # fmt: skip
+
+
+def llama31_8b_eagle3(out: Path) -> tuple[Path, Path]:
+    target = llama_target(out, dict(LLAMA_3_1_8B, architectures=["LlamaForCausalLM"],
+                                    num_hidden_layers=32))  # fmt: skip
+    return target, eagle3_draft(out, eagle3_config(LLAMA_3_1_8B))
+
+
+LLAMA_3_3_70B = dict(model_type="llama", vocab_size=128256, hidden_size=8192,
+                     intermediate_size=28672, num_attention_heads=64, num_key_value_heads=8,
+                     head_dim=128, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                     torch_dtype="bfloat16")  # fmt: skip
+
+
+def llama33_70b_eagle3(out: Path) -> tuple[Path, Path]:
+    target = llama_target(out, dict(LLAMA_3_3_70B, architectures=["LlamaForCausalLM"],
+                                    num_hidden_layers=80))  # fmt: skip
+    return target, eagle3_draft(out, eagle3_config(LLAMA_3_3_70B))
+
+
+QWEN3_30B_A3B = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+                     vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                     moe_intermediate_size=768, num_hidden_layers=48, num_attention_heads=32,
+                     num_key_value_heads=4, head_dim=128, num_experts=128,
+                     num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
+                     mlp_only_layers=[], rms_norm_eps=1e-6, tie_word_embeddings=False,
+                     torch_dtype="bfloat16")  # fmt: skip
+
+
+def qwen3_30b_a3b_eagle3(out: Path) -> tuple[Path, Path]:
+    c = QWEN3_30B_A3B
+    t: Tensors = {}
+    ends(t, c)
+    for i in range(c["num_hidden_layers"]):  # every layer MoE, no shared expert
+        p = f"model.layers.{i}"
+        norms(t, p, c["hidden_size"])
+        gqa(t, f"{p}.self_attn", c)
+        vector(t, f"{p}.self_attn.q_norm.weight", c["head_dim"])
+        vector(t, f"{p}.self_attn.k_norm.weight", c["head_dim"])
+        routed(t, f"{p}.mlp", c)
+    target = write_checkpoint(out / "target", c, t)
+    # The draft: a dense Llama layer of the target's width (SpecForge's qwen3-30B-eagle3.json).
+    d = dict(model_type="llama", vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+             num_attention_heads=32, num_key_value_heads=4, head_dim=128, rms_norm_eps=1e-6,
+             torch_dtype="bfloat16")  # fmt: skip
+    return target, eagle3_draft(out, eagle3_config(d))
 
 
 # Gemma 4: the shapes of tests/test_estimate.py (dense 31B-shaped with a vision tower the
@@ -401,6 +511,10 @@ PAIRS = (
     Pair("glm-4.5-air", "GLM-4.5-Air", "MTP", "glm45-mtp", glm45_air),
     Pair("mimo-7b", "MiMo-7B", "MTP", "mimo-mtp", mimo_7b),
     Pair("llama-3.1-8b", "Llama 3.1 8B", "EAGLE-1", "llama-eagle1", llama31_8b_eagle1),
+    Pair("llama-3.1-8b-eagle3", "Llama 3.1 8B", "EAGLE-3", "llama-eagle3", llama31_8b_eagle3),
+    Pair("llama-3.3-70b-eagle3", "Llama 3.3 70B", "EAGLE-3", "llama-eagle3", llama33_70b_eagle3),
+    Pair("qwen3-30b-a3b-eagle3", "Qwen3-30B-A3B", "EAGLE-3", "llama-eagle3",
+         qwen3_30b_a3b_eagle3),
     Pair("gemma4-31b", "Gemma 4 31B-shaped", "MTP assistant", "gemma4-mtp", gemma4_31b),
     Pair("gemma4-26b-a4b", "Gemma 4 26B-A4B-shaped", "MTP assistant", "gemma4-mtp",
          gemma4_26b_a4b),

@@ -231,3 +231,37 @@ def test_an_mtp_layers_copy_of_the_head_is_counted_once_as_the_draft_head(tmp_pa
     # One token routes to top-2 of 4 experts: half the MTP layer's expert bytes.
     assert step.draft_body == body + experts / 2
     assert step.draft_head_bf16 == 128 * 2048 * 2
+
+
+@pytest.mark.parametrize("shared_head", [False, True], ids=["own-head", "shared-head"])
+def test_an_eagle3_draft_reads_its_own_head_or_the_targets_never_both(tmp_path, shared_head):
+    from draft_head_fp8.tiny import build
+    from draft_head_fp8.tiny.llama_eagle3 import (
+        DRAFT_VOCAB,
+        HEAD_DIM,
+        HEADS,
+        HIDDEN,
+        INTERMEDIATE,
+        KV_HEADS,
+        VOCAB,
+    )
+
+    pair = build("llama-eagle3", tmp_path / "eagle3", shared_head=shared_head)
+    step = estimate.step_bytes(
+        pair.target, pair.assistant, speculative_tokens=2, batch=1, rescore_k=8
+    )
+    # The head: the draft's own over its draft vocabulary, or (no lm_head) the target's.
+    rows = VOCAB if shared_head else DRAFT_VOCAB
+    assert step.draft_head_bf16 == 2 * rows * HIDDEN * 2
+    assert step.draft_head_fp8 == 2 * (rows * HIDDEN + 4 + 1 * 8 * HIDDEN * 2)
+    # The body by hand, per draft token: the layer (its attention reads 2 x hidden), fc over
+    # three hidden states, four norms, BF16; and d2t (int64, one per draft-vocabulary row),
+    # which vLLM's compute_logits reads whole. Not lm_head (the head, counted once, above),
+    # nor t2d (vLLM never loads it).
+    q, kv, h = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, HIDDEN
+    layer = q * 2 * h + 2 * kv * 2 * h + h * q + 3 * INTERMEDIATE * h
+    body = (layer + h * 3 * h + 4 * h) * 2 + (0 if shared_head else DRAFT_VOCAB * 8)
+    assert step.draft_body == 2 * body
+    weights = estimate.read_weights(pair.assistant)
+    assert ("lm_head.weight" in weights.dense) != shared_head  # there, but not body
+    assert ("t2d" in weights.skipped) != shared_head

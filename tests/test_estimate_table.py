@@ -1,9 +1,9 @@
 """``bench/estimate_table.py``: ``check --estimate`` on header-only checkpoints in the published
 shapes of real targets. Each drafter is recognised as its family, the head's bytes are the
-vocabulary x hidden the model publishes, the MTP layers count as the draft and not the target,
-and the tables in the README, docs/benchmarks.md and bench/results are what the script computes
-now, so they cannot go stale. No engine; the checkpoints are headers only (~31 MB, written once
-for the module)."""
+rows x hidden the model publishes (an EAGLE-3 draft's own head: its draft vocabulary, counted
+once), the MTP layers count as the draft and not the target, and the tables in the README,
+docs/benchmarks.md and bench/results are what the script computes now, so they cannot go
+stale. No engine; the checkpoints are headers only (~34 MB, written once for the module)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,17 @@ from draft_head_fp8 import families, settings
 from draft_head_fp8.checkpoint import read_config
 
 ROOT = Path(__file__).resolve().parent.parent
-PUBLISHED_HEADS = {  # vocab x hidden, from each model's config.json
+PUBLISHED_HEADS = {  # rows x hidden of the head a draft token reads, from each config.json
     "qwen3.5-35b-a3b": (248320, 2048),
     "qwen3-next-80b-a3b": (151936, 2048),
     "deepseek-v3": (129280, 7168),
     "glm-4.5-air": (151552, 4096),
     "mimo-7b": (151680, 4096),
     "llama-3.1-8b": (128256, 4096),
+    # EAGLE-3: the draft's own head over its draft_vocab_size, not the target's vocabulary.
+    "llama-3.1-8b-eagle3": (32000, 4096),
+    "llama-3.3-70b-eagle3": (32000, 8192),
+    "qwen3-30b-a3b-eagle3": (32000, 2048),
     "gemma4-31b": (262144, 1024),
     "gemma4-26b-a4b": (262144, 1024),
 }
@@ -63,7 +67,7 @@ def test_the_head_is_the_published_one_and_fp8_halves_it(table):
     _, result = table
     for key, (vocab, hidden) in PUBLISHED_HEADS.items():
         pair = result["pairs"][key]
-        assert (pair["vocab"], pair["hidden"]) == (vocab, hidden)
+        assert (pair["head_rows"], pair["hidden"]) == (vocab, hidden)
         for (batch, n), r in rows(result, key).items():
             b = r["bytes"]
             assert b["draft_head_bf16"] == n * vocab * hidden * 2  # BF16, read per draft token
@@ -111,9 +115,40 @@ def test_the_gain_follows_the_bytes_a_target_reads(table):
     assert round(gain("gemma4-26b-a4b", 1), 4) == 0.0389
 
 
-def test_the_row_is_what_the_check_command_prints(table):
+EAGLE3_LAYERS = {  # hidden, query width, key/value width, MLP width, from each draft config
+    "llama-3.1-8b-eagle3": (4096, 32 * 128, 8 * 128, 14336),
+    "llama-3.3-70b-eagle3": (8192, 64 * 128, 8 * 128, 28672),
+    "qwen3-30b-a3b-eagle3": (2048, 32 * 128, 4 * 128, 6144),
+}
+
+
+def test_an_eagle3_drafts_own_head_is_its_head_not_also_its_body(table):
+    _, result = table
+    for key, (h, q, kv, inter) in EAGLE3_LAYERS.items():
+        pair = result["pairs"][key]
+        assert pair["vocab"] > pair["head_rows"] == 32000, key  # mapped to the target's ids
+        # By hand: the layer (its attention reads 2 x hidden), fc over three hidden states, four
+        # norms, and d2t (int64, read whole by compute_logits per draft token); not lm_head,
+        # which is the head, nor t2d, which vLLM never loads.
+        weights = q * 2 * h + 2 * kv * 2 * h + h * q + 3 * inter * h + h * 3 * h + 4 * h
+        expected = weights * 2 + 32000 * 8
+        for (batch, n), r in rows(result, key).items():
+            assert r["bytes"]["draft_body"] == n * expected, (key, batch, n)
+    # Same 8B target: EAGLE-3's 32000-row head saves a quarter of what EAGLE-1's shared
+    # 128256-row head does per draft token (FP8 halves each).
+    own, shared = rows(result, "llama-3.1-8b-eagle3"), rows(result, "llama-3.1-8b")
+    saved = {
+        name: r[1, 1]["bytes"]["draft_head_bf16"] - r[1, 1]["bytes"]["draft_head_fp8"]
+        for name, r in (("own", own), ("shared", shared))
+    }
+    assert saved["own"] / saved["shared"] == pytest.approx(32000 / 128256, rel=1e-3)
+    assert own[1, 2]["speedup_equal_acceptance"] < 0.5 * shared[1, 2]["speedup_equal_acceptance"]
+
+
+@pytest.mark.parametrize("key", ["llama-3.1-8b", "llama-3.1-8b-eagle3"])
+def test_the_row_is_what_the_check_command_prints(table, key):
     out, result = table
-    pair = out / "llama-3.1-8b"
+    pair = out / key
     proc = subprocess.run(
         [sys.executable, "-m", "draft_head_fp8.cli", "check", str(pair / "draft"), "--target",
          str(pair / "target"), "--estimate", "--batch", "8", "--speculative-tokens", "3",
@@ -121,7 +156,7 @@ def test_the_row_is_what_the_check_command_prints(table):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     printed = json.loads(proc.stdout)["estimate"]
-    r = rows(result, "llama-3.1-8b")[8, 3]
+    r = rows(result, key)[8, 3]
     assert printed["bytes"] == r["bytes"]
     assert printed["speedup_equal_acceptance"] == r["speedup_equal_acceptance"]
     assert printed["bandwidth_gbps"] == result["bandwidth_gbps"]

@@ -13,8 +13,12 @@ One decode step with N speculative tokens at batch B:
 - the draft runs N times at batch B: its body (everything but its embedding, which after the share
   is the target's and is only gathered; MTP layers shipped inside the target's checkpoint count
   here, not in the target; of an MoE draft layer, the experts B tokens touch) and its head:
-  vocab x hidden x 2 bytes in BF16, x 1 in FP8 (+ a 4-byte scale), + B x k x hidden x 2 for
-  exact rescoring of k candidates.
+  rows x hidden x 2 bytes in BF16, x 1 in FP8 (+ a 4-byte scale), + B x k x hidden x 2 for
+  exact rescoring of k candidates. Which head, from the family record (``Family.head_in``): the
+  target's (its vocabulary x hidden), or a head tensor of the drafter's own (EAGLE-3's
+  ``lm_head``, over ``draft_vocab_size`` rows), then counted as the head and not also as body.
+  EAGLE-3's id maps: ``d2t`` (int64, one per draft-vocabulary row) is body, since vLLM's
+  ``compute_logits`` reads it whole on every draft token; ``t2d`` is never loaded by vLLM.
 Vision and audio towers are not read while decoding text. Weights are served in BF16 (vLLM casts
 F32/F16 on load); quantized checkpoint tensors count at their stored size.
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 
 from draft_head_fp8 import families
 from draft_head_fp8.checkpoint import CheckpointError, read_config, read_header, safetensors_files
+from draft_head_fp8.families.family import TARGET
 
 H200_GBPS = 4800.0
 # Bytes per element as served: floating tensors are cast to BF16, others keep their size.
@@ -34,6 +39,8 @@ _SERVED_BYTES = {"F32": 2, "F16": 2, "BF16": 2, "F64": 2, "F8_E4M3": 1, "F8_E5M2
                  "U8": 1, "I16": 2, "I32": 4, "I64": 8, "BOOL": 1}  # fmt: skip
 # Qwen-VL-style checkpoints (Qwen3.5, Qwen3-VL) name their tower ``model.visual.*``.
 _NOT_DECODE = ("vision", "visual", "audio", "embed_vision", "embed_audio", "multi_modal")
+# EAGLE-3's target -> draft id mask: vLLM's loader skips any tensor so named, so nothing reads it.
+_NOT_LOADED = "t2d"
 
 
 class EstimateError(ValueError):
@@ -78,7 +85,7 @@ def read_weights(model_dir: str | os.PathLike) -> Weights:
             if name == "__metadata__":
                 continue
             size = _served_bytes(entry, name)
-            if any(part in name for part in _NOT_DECODE):
+            if any(part in name for part in _NOT_DECODE) or name.split(".")[-1] == _NOT_LOADED:
                 weights.skipped[name] = size
             elif name.endswith("shared_head.head.weight"):
                 # An MTP layer's copy of the target's head: vLLM replaces it by the target's
@@ -168,6 +175,48 @@ def split_draft(weights: Weights, prefixes: tuple[str, ...]) -> tuple[Weights, W
     return target, draft
 
 
+@dataclass(frozen=True)
+class HeadShape:
+    """The head one draft token reads: rows x hidden, and the draft checkpoint's tensor that is
+    that head where it is a tensor of the drafter's own (read as the head, not as body)."""
+
+    rows: int
+    hidden: int
+    own_tensor: str | None = None
+
+
+def head_shape(
+    target_config: dict, assistant_config: dict, assistant_dir: str | os.PathLike
+) -> HeadShape:
+    """Which head a draft token reads, from the family record: the target's, or the drafter's
+    own (its own vocabulary where it has one); without a record, the draft config's."""
+    draft_text = _text(assistant_config)
+    hidden, vocab = draft_text.get("hidden_size"), draft_text.get("vocab_size")
+    missing = [n for n, v in (("hidden_size", hidden), ("vocab_size", vocab)) if not v]
+    if missing:
+        raise EstimateError(f"{assistant_dir}: config lacks {' and '.join(missing)}")
+    family = families.for_config(assistant_config, Path(assistant_dir))
+    head = family.head_in(assistant_dir) if family is not None else None
+    if head is None or head.tied_to_draft_embedding:
+        return HeadShape(vocab, hidden)
+    if head.folder == TARGET:
+        text = _text(target_config)
+        return HeadShape(text.get("vocab_size") or vocab, text.get("hidden_size") or hidden)
+    # A head tensor of the drafter's own: vLLM sizes it draft_vocab_size rows, else vocab_size.
+    rows = draft_text.get("draft_vocab_size") or assistant_config.get("draft_vocab_size") or vocab
+    return HeadShape(rows, hidden, head.tensor)
+
+
+def _own_head_out_of_body(draft: Weights, head: HeadShape, assistant_dir: object) -> None:
+    """Take the drafter's own head tensor out of its body: it is read once, as the head."""
+    size = draft.dense.pop(head.own_tensor, None) if head.own_tensor else None
+    if size is not None and size != head.rows * head.hidden * 2:
+        raise EstimateError(
+            f"{assistant_dir}: {head.own_tensor} holds {size} bytes as served, but the config "
+            f"says {head.rows} x {head.hidden} (draft_vocab_size or vocab_size x hidden_size)"
+        )
+
+
 def step_bytes(
     target_dir: str | os.PathLike,
     assistant_dir: str | os.PathLike,
@@ -177,11 +226,7 @@ def step_bytes(
     rescore_k: int,
 ) -> StepBytes:
     target_config, assistant_config = read_config(target_dir), read_config(assistant_dir)
-    draft_text = _text(assistant_config)
-    hidden, vocab = draft_text.get("hidden_size"), draft_text.get("vocab_size")
-    missing = [n for n, v in (("hidden_size", hidden), ("vocab_size", vocab)) if not v]
-    if missing:
-        raise EstimateError(f"{assistant_dir}: config lacks {' and '.join(missing)}")
+    head = head_shape(target_config, assistant_config, assistant_dir)
     family = families.for_config(assistant_config, Path(assistant_dir))
     target_weights = read_weights(target_dir)
     if family is not None and family.draft_prefixes is not None:
@@ -190,6 +235,7 @@ def step_bytes(
         target_weights, draft = split_draft(target_weights, prefixes)
     else:
         draft = read_weights(assistant_dir)
+    _own_head_out_of_body(draft, head, assistant_dir)
     target, notes = target_step_bytes(
         target_config, target_weights, batch * (speculative_tokens + 1)
     )
@@ -198,8 +244,8 @@ def step_bytes(
         routed, note = routed_bytes(assistant_config, draft, batch, "draft")
         body += routed
         notes.append(note)
-    head_bf16 = hidden * vocab * 2
-    head_fp8 = hidden * vocab + 4 + batch * rescore_k * hidden * 2
+    head_bf16 = head.hidden * head.rows * 2
+    head_fp8 = head.hidden * head.rows + 4 + batch * rescore_k * head.hidden * 2
     n = speculative_tokens
     return StepBytes(target, n * body, n * head_bf16, n * head_fp8, notes)
 
