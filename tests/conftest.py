@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_support import FP8_EVERYWHERE, cpu_kind_line, shell
+from engine_support import FP8_EVERYWHERE, cpu_kind_line, shell, warm_user_cache
 
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.tiny import TinyPair, build_tiny_pair, shipped_pair
@@ -92,6 +92,7 @@ class Demo:
 def demo(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo")
     env = isolated_env(tmp)
+    warm_user_cache(Path(env["XDG_CACHE_HOME"]))
     command = f"draft-head-fp8 demo --cache {tmp / 'cache'} --json {tmp / 'demo.json'}"
     return Demo(tmp, shell(command, cwd=tmp, env=env), env)
 

@@ -149,13 +149,22 @@ def warm_model_info() -> None:
         scratch, flag=True, isolate_home=True, vllm_cache=VLLM_CACHE, inductor_cache=INDUCTOR_CACHE,
     )  # fmt: skip
     env = family_env("qwen35-mtp", env)  # Qwen3.5's model file imports torchvision
-    architectures = [*TARGET_ARCHITECTURES, *drafters, "Eagle3LlamaForCausalLM"]
+    architectures = [*TARGET_ARCHITECTURES, *drafters, "Eagle3Qwen3ForCausalLM"]
     script = Path(__file__).with_name("model_info_warmup.py")
     run = subprocess.run(
         [sys.executable, str(script), *architectures], cwd=scratch, env=env, capture_output=True,
         text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def warm_user_cache(xdg_cache_home: Path) -> None:
+    """A user's cache folder (``$XDG_CACHE_HOME``) whose vLLM cache is the session's, as on a
+    user's second run: the README's commands then skip vLLM's first inspection of each model
+    class (~30 s per command), which proves nothing about them."""
+    warm_model_info()
+    xdg_cache_home.mkdir(parents=True, exist_ok=True)
+    (xdg_cache_home / "vllm").symlink_to(VLLM_CACHE, target_is_directory=True)
 
 
 def engine_env(
@@ -208,6 +217,12 @@ SERVE_ARGS = (
     "--draft-agreement",
     *[a for p in PROMPTS for a in ("--prompt", p)],
 )
+
+
+# Each Model Runner V2 decode step costs ~0.5 s of interpreted kernels here; random weights accept
+# nothing, so 8 tokens still give 6 prompts x 7 steps x 2 draft tokens = 84 draft-head picks, each
+# checked against the BF16 head.
+MRV2_RANDOM_TOKENS = ("--max-tokens", "8")
 
 
 class EngineRun:

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from engine_support import FLAG_ON, W8A16, shell
+from engine_support import FLAG_ON, W8A16, shell, warm_user_cache
 
 from draft_head_fp8 import validate_post_share_receipt
 from draft_head_fp8.comparison import served_head_bytes
@@ -125,6 +125,7 @@ def test_compare_with_placeholders_on_your_own_pair(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "DRAFT_HEAD_FP8_"))}
     env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CACHE_HOME=str(tmp_path / "xdg-cache"),
                HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path))  # fmt: skip
+    warm_user_cache(tmp_path / "xdg-cache")
     env.update(FLAG_ON)  # without the W8A16 op, the override the refusal names
     proc = shell(f"{command} --json compare.json", cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -18,6 +18,7 @@ import pytest
 from engine_support import (
     FP8_EVERYWHERE,
     KERNEL,
+    MRV2_RANDOM_TOKENS,
     RUNNERS,
     W8A16,
     family_env,
@@ -50,8 +51,6 @@ class Runs:
     def serve(self, name: str, *, flag: bool, env: dict | None = None, args: tuple = ()):
         (self.root / name).mkdir()
         if self.runner == "mrv2" and self.family.name not in SHIPPED:
-            # Each MRv2 decode step costs ~0.5 s of interpreted kernels here; random weights
-            # accept nothing, so 12 tokens still give 6 x 11 x 2 = 132 draft-head picks.
             args = (*args, *MRV2_RANDOM_TOKENS)
         return serve(
             self.root / name, self.pair, flag=flag, env=family_env(self.family.name, env),
@@ -85,7 +84,6 @@ class Runs:
 # shared_head.head). MiMo, Qwen3-Next and Qwen3.5 (one reference, as EAGLE-1) and GLM-4.5 (two,
 # as DeepSeek-V3) take the same per-rank path, each proved at TP 1; a TP 2 run of each proved
 # nothing more and cost ~35 s (how TP 2 splits a target's attention is not the head's business).
-MRV2_RANDOM_TOKENS = ("--max-tokens", "12")
 FAMILY_RUNS = [(f.name, runner) for f in SHARED for runner in RUNNERS]
 TP2_RUNS = [("llama-eagle1", "v1"), ("deepseek-v3-mtp", "v1"), ("llama-eagle1", "mrv2")]
 
@@ -381,15 +379,16 @@ def test_a_head_the_flag_must_not_serve_is_refused_at_start_up(tmp_path, case, r
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_a_drafter_no_family_serves_is_refused_not_served_silently(tmp_path, runner):
-    """An EAGLE-3 draft: vLLM would build it with its BF16 head and no receipt. With the flag on
-    it stops start-up as vLLM builds the drafter, on either runner (MRv2 builds it through its
-    own speculator; the draft keeps the target's vocabulary so that vLLM stays on MRv2)."""
+    """An EAGLE-3 draft of vLLM's Qwen3 class (not built or run here, so no family claims it):
+    vLLM would build it with its BF16 head and no receipt. With the flag on it stops start-up as
+    vLLM builds the drafter, before any weight, on either runner (MRv2 builds it through its own
+    speculator; the draft keeps the target's vocabulary so that vLLM stays on MRv2)."""
     pair = build("llama-eagle1", tmp_path / "pair", seed=8)
-    update_config(pair.assistant, architectures=["Eagle3LlamaForCausalLM"])
+    update_config(pair.assistant, architectures=["Eagle3Qwen3ForCausalLM"])
     eagle3 = ("--speculative-method", "eagle3")
     run = serve(tmp_path, pair, flag=True, args=eagle3, runner=runner).launch
     assert run.returncode != 0 and run.facts is None
     lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
     assert lines, run.stderr[-3000:]
-    assert "Eagle3LlamaForCausalLM is not a drafter this package serves" in lines[0]
+    assert "Eagle3Qwen3ForCausalLM is not a drafter this package serves" in lines[0]
     assert not any("receipt" in p for p in tree(tmp_path / "archive"))
