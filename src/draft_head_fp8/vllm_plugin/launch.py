@@ -67,12 +67,13 @@ def tp_barrier() -> None:
 
 
 def in_node_turns(
-    where: NodePlace, action: Callable[[], T], barrier: Callable[[], None] = tp_barrier
+    where: NodePlace, action: Callable[[], T], barrier: Callable[[], None] | None = None
 ) -> T | None:
     """``action`` on this rank in its node's turn (node 0 first); on one node, at once. Raises
-    what ``action`` raised only after the last turn."""
+    what ``action`` raised only after the last turn. ``barrier``: the TP group's by default."""
     if where.nnodes == 1:
         return action()
+    barrier = barrier or tp_barrier
     result, error = None, None
     for node in range(where.nnodes):
         if node == where.node_rank:
