@@ -184,6 +184,15 @@ def test_single_node_boots_are_a_launch_of_one_node(tmp_path, monkeypatch):
     assert view.ok and (view.nnodes, view.tp_size) == (1, 2), view.problems
 
 
+def test_a_tp1_boot_of_before_is_a_launch_of_one_rank(tmp_path, monkeypatch):
+    v2 = json.loads((FIXTURE.parent / "cpu-tiny-post_share.json").read_text())
+    assert receipt_verdict(v2) is None and "tp_rank" not in v2
+    monkeypatch.setenv("DRAFT_HEAD_FP8_ARCHIVE", str(tmp_path / "root"))
+    keep_node(tmp_path / "root", single_node(launch_id="vllm-tp1", tp_size=1), receipts=[v2])
+    view = launch_view([tmp_path / "root"])
+    assert view.ok and (view.nnodes, view.tp_size) == (1, 1), view.problems
+
+
 # ------------------------------------------------------------------------- what fails, why
 
 

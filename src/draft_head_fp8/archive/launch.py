@@ -230,7 +230,7 @@ def _check_ranks(by_node: dict[int, NodeBoot], view: LaunchView) -> None:
         found = _rank_evidence(rank, node, by_node[node], view)
         if found is not None:
             evidence.append(found)
-    if len(evidence) == len(owner):
+    if len(evidence) == len(owner) and len(evidence) > 1:  # one rank has no one to disagree with
         view.problems += [f"across ranks: {p}" for p in shard_problems(evidence, view.tp_size)]
         view.problems += disagreements(evidence)
     if (view.tp_size or 0) > 1:
