@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from draft_head_fp8 import durable
+from draft_head_fp8.nodes import record_of
 
 from . import documents
 from .chain import chain_head, link_fields
@@ -313,6 +314,12 @@ class Boot:
             count, size = len(found), sum(s for _, s in found)
             present = {rel for rel, _ in found}
         expected = self.expected_files
+        # Which node of its launch this boot is (node 0 of 1 where the launch was one node).
+        node = (
+            None
+            if not ident
+            else record_of(ident, boot_launch_id=self.launch_id, expected=expected)
+        )
         return {
             "seq": self.seq,
             "launch_id": self.launch_id,
@@ -329,4 +336,5 @@ class Boot:
             "expected_missing": None
             if expected is None
             else [f for f in expected if f not in present],
+            "node": node,
         }

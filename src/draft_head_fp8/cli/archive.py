@@ -1,4 +1,4 @@
-"""``draft-head-fp8 archive list|show|verify|diff|prune``: the per-boot archive, for people.
+"""``draft-head-fp8 archive list|show|verify|diff|prune|launch``: the per-boot archive, for people.
 
 Errors are one line on stderr; exit status 0 ok, 1 damage or failure, 2 bad input.
 """
@@ -21,6 +21,7 @@ from draft_head_fp8.archive import (
 )
 from draft_head_fp8.archive.diff import diff_boots, flatten
 from draft_head_fp8.cli._common import one_line_errors
+from draft_head_fp8.cli.archive_launch import add_launch_parser, run_launch
 
 __all__ = ["add_archive_parser", "run_archive"]
 
@@ -60,7 +61,7 @@ def add_archive_parser(subparsers) -> argparse.ArgumentParser:
     parser = one_line_errors(
         subparsers.add_parser(
             "archive",
-            help="per-boot diagnostic archive: list, show, verify, diff, prune",
+            help="per-boot diagnostic archive: list, show, verify, diff, prune, launch",
             description="The per-boot diagnostic archive: every engine start's receipts and "
             "diagnostics, byte for byte, sealed by a manifest and chained.",
             epilog=_EXAMPLES["archive"],
@@ -101,6 +102,7 @@ def add_archive_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run", action="store_true", help="say what would be deleted, delete nothing"
     )
+    one_line_errors(add_launch_parser(sub, fmt))
     return parser
 
 
@@ -129,17 +131,30 @@ def _cmd_list(arc: Archive, args) -> int:
         print(f"(no boots in {arc.root})", file=sys.stderr)
         return 0
     print(
-        f"{'SEQ':>8}  {'LAUNCH ID':<32}  {'STATUS':<10}  {'STARTED':<27}  "
+        f"{'SEQ':>8}  {'LAUNCH ID':<32}  {'STATUS':<10}  {'NODE':<5}  {'STARTED':<27}  "
         f"{'HOST':<16}  {'FILES':>5}  SIZE"
     )
     for r in rows:
         print(
-            f"{r['seq']:>8}  {r['launch_id']:<32}  {r['status']:<10}  "
+            f"{r['seq']:>8}  {r['launch_id']:<32}  {r['status']:<10}  {_node(r):<5}  "
             f"{r['started_at'] or '-':<27}  {(r['host'] or '-')[:16]:<16}  "
             f"{r['files']:>5}  {_human(r['bytes'])}"
             + (f"  expected {_expected_count(r)}" if r["expected_files"] is not None else "")
         )
     return 0
+
+
+def _node(summary: dict[str, Any]) -> str:
+    """'1/2': node 1 of a launch on 2 nodes ('0/1' on one node; '-' without a boot.json)."""
+    node = summary.get("node")
+    return "-" if not node else f"{node.get('node_rank')}/{node.get('nnodes')}"
+
+
+def _node_said(node: dict[str, Any]) -> str:
+    return (
+        f"{node.get('node_rank')} of {node.get('nnodes')} of launch {node.get('launch_id')}, "
+        f"ranks {node.get('ranks')} of TP {node.get('tp_size')}"
+    )
 
 
 def _expected_count(summary: dict[str, Any]) -> str:
@@ -172,6 +187,8 @@ def _cmd_show(arc: Archive, args) -> int:
         return 0
     print(f"boot {boot.name}  (seq {boot.seq}, {summary['status']})")
     print(f"  path:        {boot.path}")
+    if summary["node"]:
+        print(f"  node:        {_node_said(summary['node'])}")
     if identity is None:
         print(f"  identity:    ({BOOT_JSON} missing or unreadable)")
     else:
@@ -315,9 +332,12 @@ def run_archive(args: argparse.Namespace) -> int:
     """Run a parsed ``archive`` command; returns the exit status. Errors are one line on stderr."""
     command = getattr(args, "archive_command", None)
     prog = "draft-head-fp8 archive"
+    if command == "launch":  # several roots, not one: its own module
+        return run_launch(args)
     if command not in _COMMANDS:
         print(
-            f"{prog}: error: choose a command: {', '.join(_COMMANDS)} (see `{prog} --help`)",
+            f"{prog}: error: choose a command: {', '.join(_COMMANDS)}, launch "
+            f"(see `{prog} --help`)",
             file=sys.stderr,
         )
         return 2

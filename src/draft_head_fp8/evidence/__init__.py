@@ -13,6 +13,8 @@ Importing this package loads neither torch nor vLLM.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 RECEIPT_V2 = "draft-head-fp8-runtime-receipt/v2"
 RECEIPT_V3 = "draft-head-fp8-runtime-receipt/v3"
 DIAGNOSTICS_V1 = "draft-head-fp8-diagnostics/v1"
@@ -36,7 +38,9 @@ def diagnostics_path(rank: int, phase: str = POST_SHARE) -> str:
 RANKS_PATH = "diagnostics/ranks.json"
 
 
-def boot_files(tp_size: int) -> list[str]:
-    """Every file a boot of ``tp_size`` ranks must hold before it is sealed."""
-    files = [path(rank) for rank in range(tp_size) for path in (receipt_path, diagnostics_path)]
-    return files + ([RANKS_PATH] if tp_size > 1 else [])
+def boot_files(tp_size: int, ranks: Iterable[int] | None = None) -> list[str]:
+    """Every file a boot of ``tp_size`` ranks must hold before it is sealed: of ``ranks`` only
+    (default all) where the boot is one node's, the cross-rank record where rank 0 is among them."""
+    ranks = list(range(tp_size) if ranks is None else ranks)
+    files = [path(rank) for rank in ranks for path in (receipt_path, diagnostics_path)]
+    return files + ([RANKS_PATH] if tp_size > 1 and 0 in ranks else [])

@@ -12,8 +12,8 @@ in every mode:
   every drafter reference points to it and the target's head keeps serving the target alone.
 
 When the share is complete the receipt and the exact pick's facts are captured from the
-family's resolved modules, validated and archived with the diagnostics, in one boot shared by
-every rank of the engine; with tensor parallelism the ranks then check each other. A failure
+family's resolved modules, validated and archived with the diagnostics, in one boot per node of
+the engine (``launch``); with tensor parallelism the ranks then check each other. A failure
 raises from the hook, which makes engine start-up fail with the reason.
 """
 
@@ -33,7 +33,6 @@ from draft_head_fp8.errors import HeadFp8EligibilityError, ProofNotKept
 from draft_head_fp8.evidence import (
     POST_SHARE,
     RANKS_PATH,
-    boot_files,
     diagnostics,
     diagnostics_path,
     receipt_path,
@@ -45,9 +44,10 @@ from draft_head_fp8.evidence.ranks import cross_rank_problems, rank_summary
 from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
 from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.families.family import AT_SHARE, Modules, draft_heads, is_head
+from draft_head_fp8.nodes import LAUNCH_RECORD, NodePlace, single_node
 from draft_head_fp8.policy import weights_change_after_proof
 from draft_head_fp8.runners import describe, find_on_stack
-from draft_head_fp8.vllm_plugin import shared_head
+from draft_head_fp8.vllm_plugin import launch, shared_head
 from draft_head_fp8.vllm_plugin.plan import HeadPlan
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal, announce_refused_call
 
@@ -228,16 +228,19 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
         failure=failure,
         runner=None if model_runner is None else describe(model_runner),
     )
-    # One boot per engine start, whatever the number of ranks: rank 0 names it.
-    launch_id = armed.launch_id if tp_size == 1 else _exchange(armed.launch_id, tp_size)[0]
-    boot, not_archived = _archive(launch_id, tp_size, rank, receipt, record)
+    # One boot per node of the engine start (one boot on one node): rank 0 names the launch.
+    where = launch.place_rank(
+        launch_id=armed.launch_id, vllm_config=armed.vllm_config, rank=rank, tp_size=tp_size,
+        exchange=_exchange,
+    )  # fmt: skip
+    boot, not_archived = _archive(where.launch_id, tp_size, rank, receipt, record, where)
     if not_archived is not None:  # raised below, once the other ranks have heard of it
         failure = failure or str(not_archived)
     if tp_size > 1:
         failure = _cross_check(boot, rank, tp_size, failure, receipt, record, pick)
+    _seal(None if not_archived is not None else boot, where)  # every rank takes its node's turn
     if not_archived is not None:
         raise not_archived
-    _seal(boot)
     if failure is not None:
         raise HeadFp8EligibilityError(
             f"post-share receipt failed validation: {failure} (receipt archived in {boot.path})"
@@ -252,13 +255,20 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
 
 
 def _archive(
-    launch_id: str, tp_size: int, rank: int, receipt: dict, record: dict
+    launch_id: str,
+    tp_size: int,
+    rank: int,
+    receipt: dict,
+    record: dict,
+    where: NodePlace | None = None,
 ) -> tuple[Any, ProofNotKept | None]:
-    """This rank's receipt and diagnostics, kept in the engine start's boot; the boot (None if
-    it could not be joined), and why the proof could not be kept, if it could not."""
+    """This rank's receipt and diagnostics, kept in its node's boot of the engine start (``where``;
+    default: every rank on one node); the boot (None if it could not be joined), and why the proof
+    could not be kept, if it could not."""
+    where = where or single_node(launch_id=launch_id, tp_size=tp_size)
     boot = None
     try:
-        boot = _join_boot(launch_id, tp_size)
+        boot = launch.in_node_turns(where, lambda: _join_boot(where))
         _keep(boot, receipt_path(rank), receipt)
         _keep(boot, diagnostics_path(rank), record)
     except ProofNotKept as exc:
@@ -334,12 +344,14 @@ def _archive_error(exc: Exception) -> ProofNotKept:
     )
 
 
-def _join_boot(launch_id: str, tp_size: int) -> Any:
+def _join_boot(where: NodePlace) -> Any:
     from draft_head_fp8.archive import Archive, ArchiveError, default_root
 
+    # A node's boot says where it belongs in its launch; a boot of one node is as it always was.
+    extra = None if where.nnodes == 1 else {LAUNCH_RECORD: where.record()}
     try:
         archive = Archive(settings.archive_root() or default_root())
-        return archive.join_boot(launch_id, expected_files=boot_files(tp_size))
+        return archive.join_boot(where.boot_key, expected_files=where.expected_files, extra=extra)
     except (OSError, ArchiveError) as exc:
         raise _archive_error(exc) from exc
 
@@ -353,11 +365,19 @@ def _keep(boot: Any, name: str, document: dict) -> None:
         raise _archive_error(exc) from exc
 
 
-def _seal(boot: Any) -> None:
-    """Seal the boot if this rank wrote the last of its files; the other ranks leave it."""
+def _seal(boot: Any, where: NodePlace | None = None) -> None:
+    """Seal the boot if this rank wrote the last of its node's files; the other ranks leave it.
+    ``boot`` None: this rank kept nothing, and only takes its turn."""
     from draft_head_fp8.archive import ArchiveError
 
-    try:
-        boot.seal_if_complete()
-    except (OSError, ArchiveError) as exc:
-        raise _archive_error(exc) from exc
+    def seal() -> None:
+        try:
+            if boot is not None:
+                boot.seal_if_complete()
+        except (OSError, ArchiveError) as exc:
+            raise _archive_error(exc) from exc
+
+    if where is None:
+        seal()
+    else:
+        launch.in_node_turns(where, seal)
