@@ -6,9 +6,8 @@ each fail it with the reason.
 
 Two launches serve every assertion here (each node its own root; one root shared by both):
 tampering, a missing node and mixed launches are made afterwards, on copies of the sealed
-archives. No two-node launch with the flag off: with it unset the plugin runs no code in any
-process, node or not (test_engine.py's flag-off run proves it: no module, no hook, no file), and
-one more two-node launch would cost ~40 s of the suite's budget for the same observation.
+archives. A third launch, flag off with an archive root set on each node, writes nothing on
+either node.
 
 Each launch stops (SIGKILL of each node's process group) as soon as node 0 has served: the
 proof is sealed before the engine serves. Node 0 is an offline engine of the same launch
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
-from engine_support import FLAG_ON, FP8_EVERYWHERE, ROOT, engine_env, free_port, shell
+from engine_support import FLAG_ON, FP8_EVERYWHERE, ROOT, engine_env, free_port, shell, tree
 
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.evidence import RANKS_PATH, diagnostics_path, receipt_path
@@ -223,3 +222,14 @@ def test_two_launches_mixed_up_fail_the_launch(separate, shared, tmp_path):
     assert code == 1 and "PROBLEM node 1 of 2 is missing" in out, out
     code, out = launch_cli(tmp_path, separate.roots[0], "--launch-id", "vllm-nothing-like-it")
     assert code == 2 and "no boot of launch 'vllm-nothing-like-it'" in out, out
+
+
+def test_with_the_flag_off_no_node_writes_anything(tmp_path_factory):
+    """Each node has its archive root set, as a deployment that turns the flag off keeps it: with
+    the flag unset the launch serves as vLLM does and no node writes a byte there."""
+    tmp = tmp_path_factory.mktemp("off")  # short: vLLM's IPC socket paths live under it
+    roots = (tmp / "node0-archive", tmp / "node1-archive")
+    off = launch_two_nodes(tmp, roots, flag=False)
+    assert off.served, off.tail()
+    assert tree(roots[0]) == tree(roots[1]) == []
+    assert not any("draft-head-fp8:" in log.read_text() for log in off.logs)
