@@ -39,7 +39,7 @@ from tools import eagle_replay, train_tiny_pair
 from tools.train_tiny_pair import Recipe
 
 
-def _models():
+def _models(data):
     from transformers import LlamaForCausalLM
 
     return LlamaForCausalLM(config(2)).float(), eagle_replay.new_draft()

@@ -210,7 +210,8 @@ def train_assistant(
 ) -> dict:
     """Distil ``assistant`` from the frozen ``target``; ``replay`` is the module that computes the
     draft as vLLM does (``target_pass``, ``unrolled_draft``): ``tools.draft_replay`` for Gemma 4
-    MTP, ``tools.eagle_replay`` for Llama EAGLE-1."""
+    MTP, ``tools.eagle_replay`` for Llama EAGLE-1, ``tools.eagle3_replay`` for Llama EAGLE-3 (with
+    its own ``distill_loss``)."""
     import torch
 
     for p in target.parameters():
@@ -241,7 +242,7 @@ def train_assistant(
             generator=generator,
         )
         logits, queries = replay.unrolled_draft(assistant, target, batch, tp, DRAFT_STEPS, queries)
-        loss, agree = distill_loss(logits, queries, tp)
+        loss, agree = getattr(replay, "distill_loss", distill_loss)(logits, queries, tp)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(assistant.parameters(), 1.0)
@@ -295,7 +296,7 @@ def heldout_eval(target, assistant, data, batch: int = 16, replay=draft_replay) 
                 )
             )
             logits, queries = replay.unrolled_draft(assistant, target, chunk, tp, DRAFT_STEPS)
-            kl, agree = distill_loss(logits, queries, tp)
+            kl, agree = getattr(replay, "distill_loss", distill_loss)(logits, queries, tp)
             kls.append(float(kl))
             agrees.append(agree)
     return {
@@ -315,16 +316,18 @@ class Recipe:
     prog: str
     description: str
     vocab: int
-    new_models: Callable  # () -> fp32 (target, assistant), right after torch.manual_seed(seed)
+    new_models: Callable  # (data) -> fp32 (target, assistant), right after torch.manual_seed(seed);
+    # data (``Data``) for what depends on the corpus (EAGLE-3's draft vocabulary)
     save: Callable  # (target, assistant, tokenizer_dir, pair) -> None: bf16, as vLLM loads it
     evaluated: Callable  # (target, assistant, pair) -> (target, assistant): the saved bf16
     # weights, as float32 models to evaluate
-    replay: ModuleType  # target_pass / unrolled_draft: the draft as vLLM computes it
+    replay: ModuleType  # target_pass / unrolled_draft: the draft as vLLM computes it; its own
+    # distill_loss where it has one (EAGLE-3: over the draft vocabulary)
     schedule: dict = field(default_factory=dict)  # Schedule defaults of this pair
     record: dict = field(default_factory=dict)  # extra fields of training.json
 
 
-def _gemma_models():
+def _gemma_models(data):
     from transformers import Gemma4AssistantForCausalLM, Gemma4ForCausalLM
 
     return Gemma4ForCausalLM(target_config()).float(), Gemma4AssistantForCausalLM(
@@ -387,7 +390,7 @@ def prepare_data(tok_dir: Path, vocab: int, log) -> Data:
 
 def _train_both(recipe: Recipe, data: Data, schedule: Schedule, generator, deadline, log, clock):
     """Target, then self-distillation rows, then the assistant. ``clock`` gets seconds per phase."""
-    target, assistant = recipe.new_models()
+    target, assistant = recipe.new_models(data)
     t0 = time.monotonic()
     target_info = train_target(target, data.train, schedule, generator, deadline, log)
     clock["target"] = round(time.monotonic() - t0, 1)

@@ -26,7 +26,11 @@ from draft_head_fp8.tiny.common import (
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 # family -> the folder of its shipped trained pair (target/ and assistant/ inside)
-SHIPPED = {"gemma4-mtp": DATA / "tiny_pair", "llama-eagle1": DATA / "tiny_eagle1_pair"}
+SHIPPED = {
+    "gemma4-mtp": DATA / "tiny_pair",
+    "llama-eagle1": DATA / "tiny_eagle1_pair",
+    "llama-eagle3": DATA / "tiny_eagle3_pair",
+}
 DEMO_FAMILY = "gemma4-mtp"
 
 

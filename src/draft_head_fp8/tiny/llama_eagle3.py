@@ -1,5 +1,6 @@
 """Tiny real Llama EAGLE-3 checkpoints (family ``llama-eagle3``): a Llama target with an untied
-head (three layers, so that vLLM's default auxiliary layers 1, 1 and 0 are real ones), and an
+head (three layers: vLLM's default auxiliary layers, ``(2, n // 2, n - 3)``, are then the inputs
+of layers 2, 1 and 0, three different hidden states), and an
 EAGLE-3 draft folder as vLLM's ``Eagle3LlamaForCausalLM.load_weights`` reads it:
 
 - ``midlayer.*``: one decoder layer whose attention reads ``2 x hidden`` (the normed token
@@ -43,7 +44,7 @@ VARIANTS = {
     "shared_head": "no head of its own: the target's head is shared (served as EAGLE-1 is)",
     "full_vocab_own_head": (
         "a head of its own over the target's whole vocabulary (refused: vLLM compares it byte for "
-        "byte with the target's at the share)"
+        "byte with the target's head after loading)"
     ),
 }
 
@@ -93,8 +94,6 @@ def draft_vocabulary(seed: int, size: int):
 
 
 def draft_tensors(seed: int, draft_vocab: int | None, *, own_head: bool) -> dict:
-    import torch
-
     rand = Randoms(seed)
     q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
     layer = "midlayer."
@@ -117,20 +116,29 @@ def draft_tensors(seed: int, draft_vocab: int | None, *, own_head: bool) -> dict
         # Wider than the layers' 0.02: random logits far enough apart to pick one token each.
         tensors["lm_head.weight"] = rand.normal(rows, HIDDEN, std=0.5)
     if draft_vocab is not None and draft_vocab != VOCAB:
-        ids = draft_vocabulary(seed, draft_vocab)
-        tensors["d2t"] = ids - torch.arange(draft_vocab)
-        t2d = torch.zeros(VOCAB, dtype=torch.bool)
-        t2d[ids] = True
-        tensors["t2d"] = t2d
+        tensors.update(vocabulary_tensors(draft_vocabulary(seed, draft_vocab)))
     return tensors
 
 
+def vocabulary_tensors(ids) -> dict:
+    """``d2t`` (draft id -> target id offset, what vLLM's ``compute_logits`` adds) and ``t2d``
+    (which target ids the draft has; vLLM skips it) of a draft vocabulary: sorted target ids."""
+    import torch
+
+    t2d = torch.zeros(VOCAB, dtype=torch.bool)
+    t2d[ids] = True
+    return {"d2t": ids - torch.arange(len(ids)), "t2d": t2d}
+
+
 def write_draft(folder: Path, tokenizer_dir: Path, *, seed: int, draft_vocab: int | None,
-                own_head: bool) -> None:  # fmt: skip
+                own_head: bool, tensors: dict | None = None) -> None:  # fmt: skip
+    """The draft folder: ``tensors`` (default: ``draft_tensors``' random ones; the trained pair
+    passes its own, named as these), ``draft_config(draft_vocab)`` and the tokenizer."""
     from safetensors.torch import save_file
 
-    save_file(draft_tensors(seed, draft_vocab, own_head=own_head), folder / WEIGHTS,
-              metadata={"format": "pt"})  # fmt: skip
+    if tensors is None:
+        tensors = draft_tensors(seed, draft_vocab, own_head=own_head)
+    save_file(tensors, folder / WEIGHTS, metadata={"format": "pt"})
     config = draft_config(draft_vocab)
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     copy_tokenizer(tokenizer_dir, folder)
