@@ -18,7 +18,6 @@ from draft_head_fp8.checkpoint import CheckpointError, read_config
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.families.family import (
     AT_SHARE,
-    DRAFT,
     TARGET,
     Family,
     HeadSource,
@@ -113,16 +112,13 @@ def _describe(path: str | os.PathLike, config: dict) -> dict:
     }
 
 
-def _policy_inputs(inputs: dict, head: HeadSource, assistant: dict, target: dict | None) -> dict:
-    """The family's policy inputs, for the head this draft reads."""
-    if head.folder != DRAFT or head.tied_to_draft_embedding:
+def _policy_inputs(inputs: dict, assistant: dict, target: dict | None) -> dict:
+    """The head's policy inputs as the engine will have them: vLLM gives a head of the drafter's
+    own (EAGLE-3) the target's vocabulary when the draft config names no draft vocabulary."""
+    if not inputs.get("own_head"):
         return inputs
-    # A head tensor of the drafter's own (EAGLE-3): vLLM gives it the target's vocabulary when
-    # the config names no draft vocabulary.
     return {
         **inputs,
-        "shared_target_head": False,
-        "own_head": True,
         "draft_vocab_size": assistant["draft_vocab_size"] or assistant["vocab_size"],
         "vocab_size": (target or assistant)["vocab_size"],
     }
@@ -207,7 +203,7 @@ def check_assistant(
         target = _describe(target_dir, target_config)
     head = family.head_in(assistant_dir)
     head_config = target if head.when == AT_SHARE and target else assistant
-    inputs = _policy_inputs(family.policy_inputs(assistant_config), head, assistant, target)
+    inputs = _policy_inputs(family.head_policy_inputs(assistant_config, head), assistant, target)
     decision = eligibility(
         layer=None,
         # The scheme the plugin always asks for: vLLM's fp8_per_tensor shorthand.

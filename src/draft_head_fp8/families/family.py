@@ -177,6 +177,14 @@ class Family:
         """Whether this family's drafts read the target's head (by default: ``head``)."""
         return self.head.when == AT_SHARE
 
+    def head_policy_inputs(self, config: Any, head: HeadSource) -> dict[str, Any]:
+        """The policy's family inputs for ``head``: a head tensor of the drafter's own (EAGLE-3's
+        ``lm_head``) is neither the target's nor tied to an embedding."""
+        inputs = self.policy_inputs(config)
+        if head.when == AT_LOAD and not head.tied_to_draft_embedding:
+            inputs = {**inputs, "shared_target_head": False, "own_head": True}
+        return inputs
+
     def head_in(self, draft_folder: str | Path | None) -> HeadSource:
         """The head the draft in ``draft_folder`` reads (``head`` without a folder to look at)."""
         if self.head_for is None or draft_folder is None:

@@ -29,7 +29,7 @@ from draft_head_fp8 import families, settings
 from draft_head_fp8.checkpoint import resolve_model_dir, tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.exact_pick import guarantee
-from draft_head_fp8.families.family import AT_SHARE, DRAFT, Family
+from draft_head_fp8.families.family import AT_SHARE, DRAFT, Family, HeadSource
 from draft_head_fp8.policy import (
     env_enabled,
     unexpected_drafter_class,
@@ -86,12 +86,11 @@ def draft_folder(vllm_config: VllmConfig) -> Any:
     return resolve_model_dir(draft_config.model, getattr(draft_config, "revision", None))
 
 
-def head_plan(family: Family, vllm_config: VllmConfig) -> HeadPlan:
-    """Everything the head needs from the engine's config and environment, read once; a bad
+def head_plan(family: Family, vllm_config: VllmConfig, head: HeadSource) -> HeadPlan:
+    """Everything ``head`` needs from the engine's config and environment, read once; a bad
     setting refuses start-up here, before anything is built."""
     speculative = vllm_config.speculative_config
     draft_config = speculative.draft_model_config
-    head = family.head_in(draft_folder(vllm_config))
     source_config = draft_config if head.folder == DRAFT else vllm_config.model_config
     return HeadPlan(
         family=family,
@@ -129,15 +128,17 @@ class DraftHeadFp8Drafter:
             reason = family.refusal(self.config)
             if reason:
                 raise HeadFp8EligibilityError(reason)
-        if family.head_in(draft_folder(vllm_config)).when == AT_SHARE:
-            self._plan_the_share(vllm_config)
+        # The draft's checkpoint says which head it reads (read once, from its headers).
+        head = family.head_in(draft_folder(vllm_config))
+        if head.when == AT_SHARE:
+            self._plan_the_share(vllm_config, head)
         else:
-            self._choose_own_head(vllm_config)
+            self._choose_own_head(vllm_config, head)
 
-    def _plan_the_share(self, vllm_config: VllmConfig) -> None:
+    def _plan_the_share(self, vllm_config: VllmConfig, head: HeadSource) -> None:
         if get_pp_group().world_size != 1:
             raise HeadFp8EligibilityError(no_pipeline_parallel("head"))
-        plan = head_plan(self.family, vllm_config)
+        plan = head_plan(self.family, vllm_config, head)
         post_share.arm(self, vllm_config, plan)
         logger.info(
             "draft-head-fp8: %s drafter %s: its head is the target's, shared after load; a "
@@ -146,13 +147,8 @@ class DraftHeadFp8Drafter:
             type(self).__name__,
         )
 
-    def _choose_own_head(self, vllm_config: VllmConfig) -> None:
+    def _choose_own_head(self, vllm_config: VllmConfig, head: HeadSource) -> None:
         draft_config = vllm_config.speculative_config.draft_model_config
-        plan = head_plan(self.family, vllm_config)
-        inputs = self.family.policy_inputs(self.config)
-        if not plan.head.tied_to_draft_embedding:
-            # A head tensor of the drafter's own (EAGLE-3), not the target's.
-            inputs = {**inputs, "shared_target_head": False, "own_head": True}
         method, decision = select_draft_head_method(
             layer=self.lm_head,
             quant_config=fp8_head_quant_config(),
@@ -161,12 +157,13 @@ class DraftHeadFp8Drafter:
             enabled=env_enabled(),
             head_dtype=self.lm_head.weight.dtype,
             model_dtype=draft_config.dtype,
-            **inputs,
+            **self.family.head_policy_inputs(self.config, head),
         )
         self.head_decision = decision
         if method is None:
             return
-        self._check_seam(plan)
+        self._check_seam(head)
+        plan = head_plan(self.family, vllm_config, head)
         indices = self.lm_head.shard_indices
         method.checkpoint_source = partial(
             tensor_sha256_as,
@@ -201,7 +198,7 @@ class DraftHeadFp8Drafter:
         seam = self.family.suppressed_tokens
         return list(seams.read_from(self, seam) or ()) if seam else []
 
-    def _check_seam(self, plan: HeadPlan) -> None:
+    def _check_seam(self, head: HeadSource) -> None:
         """The facts the drafter's own head relies on, before anything is quantized."""
         if not isinstance(self.lm_head.quant_method, UnquantizedEmbeddingMethod):
             raise HeadFp8EligibilityError(
@@ -211,17 +208,17 @@ class DraftHeadFp8Drafter:
         tied = self.lm_head.weight is self.model.embed_tokens.weight
         # A head tied to the draft embedding: vLLM never loads its lm_head.weight, so the tie is
         # the only way the head gets bytes at all.
-        if plan.head.tied_to_draft_embedding and not tied:
+        if head.tied_to_draft_embedding and not tied:
             raise HeadFp8EligibilityError(
                 "draft head is not tied to the draft embedding after construction; its FP8 "
                 "copy would be made from uninitialised memory"
             )
         # EAGLE-3: the head is loaded from its own tensor; an alias of the embedding (which the
         # proposer replaces by the target's) would make the FP8 copy from the wrong bytes.
-        if not plan.head.tied_to_draft_embedding and tied:
+        if not head.tied_to_draft_embedding and tied:
             raise HeadFp8EligibilityError(
                 "draft head shares its weight with the draft embedding after construction; its "
-                f"own {plan.head.tensor} would not be what the FP8 copy is made from"
+                f"own {head.tensor} would not be what the FP8 copy is made from"
             )
         if get_pp_group().world_size != 1:
             raise HeadFp8EligibilityError(no_pipeline_parallel("embedding"))
