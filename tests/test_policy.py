@@ -600,3 +600,44 @@ def test_select_keywords_only():
         select_draft_head_method(MyHead(), quant(), "draft", "lm_head", True, False, True)  # type: ignore[misc]
     with pytest.raises(TypeError):
         eligibility(MyHead(), quant(), "draft", "lm_head", True, False, True)  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- heads of the drafter's families
+
+
+def test_a_shared_head_draft_with_a_vocabulary_of_its_own_is_refused():
+    decision = eligibility(
+        **base_kwargs(tie_word_embeddings=False, shared_target_head=True),
+        draft_vocab_size=1024,
+        vocab_size=2048,
+    )
+    assert decision.reason == (
+        "draft head over its own vocabulary (1024 of the target's 2048 tokens, EAGLE-3 style) is "
+        "outside this prototype"
+    )
+
+
+@pytest.mark.parametrize(
+    "vocabularies, head_dtype, reason",
+    [
+        ((1024, 2048), "torch.bfloat16", "eligible"),
+        # Untied and over a vocabulary of its own: neither the tie rule nor the own-vocabulary one.
+        ((32000, 128256), "torch.bfloat16", "eligible"),
+        ((2048, 2048), "torch.bfloat16", policy.own_head_over_whole_vocabulary(2048)),
+        ((None, 2048), "torch.bfloat16", (
+            "draft head of its own without a known draft and target vocabulary size"
+        )),
+        ((1024, 2048), "torch.float16", (
+            "custom FP8 head requires head dtype aligned with hidden dtype"
+        )),
+    ],
+)  # fmt: skip
+def test_a_drafters_own_head_rules(vocabularies, head_dtype, reason):
+    draft_vocab_size, vocab_size = vocabularies
+    decision = eligibility(
+        **base_kwargs(tie_word_embeddings=False, head_dtype=head_dtype),
+        own_head=True,
+        draft_vocab_size=draft_vocab_size,
+        vocab_size=vocab_size,
+    )
+    assert decision.reason == reason and decision.eligible is (reason == "eligible")

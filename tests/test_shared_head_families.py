@@ -78,14 +78,15 @@ class Runs:
         return head.tensor_for(tied=not has_tensor(self.pair.target, head.tensor))
 
 
-# Every family on both of vLLM's model runners. TP 2 once per way a drafter holds the target's
-# head: one reference (the trained EAGLE-1 pair, on both runners; its flag-off TP 2 run on V1 also
-# compares vLLM's counters of accepted drafts) and two per rank (DeepSeek-V3's lm_head and
-# shared_head.head). MiMo, Qwen3-Next and Qwen3.5 (one reference, as EAGLE-1) and GLM-4.5 (two,
-# as DeepSeek-V3) take the same per-rank path, each proved at TP 1; a TP 2 run of each proved
-# nothing more and cost ~35 s (how TP 2 splits a target's attention is not the head's business).
+# Every family on both of vLLM's model runners. TP 2 here for the way a drafter holds two
+# references to the target's head per rank (DeepSeek-V3's lm_head and shared_head.head), on V1;
+# one reference per rank at TP 2 is Llama EAGLE-3's shared head on Model Runner V2
+# (test_eagle3.py), and vLLM's counters at TP 2 with accepted drafts are the trained Gemma 4 pair's
+# (test_tensor_parallel.py). MiMo, Qwen3-Next, Qwen3.5 and EAGLE-1 (one reference) and GLM-4.5
+# (two) take the same per-rank path, each proved at TP 1; a TP 2 run of each proved nothing more
+# and cost 35-55 s (how TP 2 splits a target's attention is not the head's business).
 FAMILY_RUNS = [(f.name, runner) for f in SHARED for runner in RUNNERS]
-TP2_RUNS = [("llama-eagle1", "v1"), ("deepseek-v3-mtp", "v1"), ("llama-eagle1", "mrv2")]
+TP2_RUNS = [("deepseek-v3-mtp", "v1")]
 
 
 def _id(case: tuple[str, str]) -> str:
@@ -209,12 +210,6 @@ def test_at_tp2_each_rank_serves_its_shard_of_the_target_head_in_fp8(runs):
     ranks = json.loads(boot.read_bytes(RANKS_PATH))
     assert ranks["passed"] and ranks["problems"] == [] and ranks["tp_size"] == 2
     assert {r["runner"]["name"] for r in tp2.facts["after_start_ranks"]} == {runs.runner}
-    # Trained: flag off at TP 2 too, and drafts accepted (on V1: each MRv2 TP 2 generate costs
-    # ~40 s here, and every pick is checked against the BF16 head above).
-    if runs.family.name in SHIPPED and runs.runner == "v1":
-        off = runs.serve("tp2-off", flag=False, args=TP2).facts
-        assert tp2.facts["spec_decode"] == off["spec_decode"] and tp2.facts["texts"] == off["texts"]
-        assert off["spec_decode"]["num_accepted_tokens"] > 0
 
 
 def test_reload_weights_after_the_proof_is_refused_and_nothing_changes(runs):
@@ -330,8 +325,10 @@ def test_a_target_that_ties_its_head_to_its_embedding_is_served_from_those_rows(
 
 
 # Heads the flag must not serve, each refused at start-up with its one exact reason, on every
-# rank, before any receipt exists. EAGLE-1 drafts are the quickest family to start; vLLM 0.32 runs
-# no EAGLE-1 draft at pipeline parallel 2 (duplicate layer names), so that case runs MiMo's MTP.
+# rank, before any receipt exists. EAGLE-1 drafts are the quickest family to start; vLLM 0.32
+# runs no EAGLE-1 draft at pipeline parallel 2 (duplicate layer names), so that case runs MiMo's
+# MTP. (A shared-head draft config naming a vocabulary of its own is refused by the same
+# share-time policy call as float32; its reason is test_policy's.)
 REFUSALS = {
     "float32": (
         "llama-eagle1",
@@ -339,15 +336,6 @@ REFUSALS = {
         ("--dtype", "float32"),
         "target LM head is float32, not BF16: its FP8 draft copy and the exact pick are made from "
         "BF16 rows (serve with --dtype bfloat16)",
-    ),
-    # A draft config that names a vocabulary of its own (EAGLE-3 style): the head it would read
-    # is not the target's, so it is not this head.
-    "own vocabulary": (
-        "llama-eagle1",
-        {"draft_vocab_size": 1024},
-        (),
-        "draft head over its own vocabulary (1024 of the target's 2048 tokens, EAGLE-3 style) is "
-        "outside this prototype",
     ),
     "pipeline parallel": (
         "mimo-mtp",
