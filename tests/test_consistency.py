@@ -100,7 +100,7 @@ def test_a_schema_that_is_no_string_is_a_reason_not_a_crash(schema):
     verdict = receipt_verdict({**PLAIN, "schema": schema})
     assert verdict == (
         f"schema {schema!r} is not 'draft-head-fp8-runtime-receipt/v2' or "
-        "'draft-head-fp8-runtime-receipt/v3'"
+        "'draft-head-fp8-runtime-receipt/v3' or 'draft-head-fp8-runtime-receipt/v4'"
     )
 
 

@@ -10,6 +10,7 @@ from draft_head_fp8 import probe
 
 FACT_KEYS = [
     "flag",
+    "vllm_version",
     "prompts",
     "token_ids",
     "texts",
@@ -109,10 +110,13 @@ def test_batch_sweep_repeats_the_prompts_and_passes_token_ids_as_tokens_prompts(
 
 def test_the_command_line_defaults_are_runs():
     defaults = vars(probe._parser().parse_args(["--target", "t", "--assistant", "a", "--out", "o"]))
-    for name, parameter in inspect.signature(probe.run).parameters.items():
-        if parameter.default is inspect.Parameter.empty:
-            continue
+    declared = {
+        name: parameter.default
+        for name, parameter in inspect.signature(probe.run).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+    for name, default in {**declared, **probe.ENGINE_DEFAULTS}.items():
         if name == "enforce_eager":
-            assert defaults["no_eager"] is (not parameter.default)
+            assert defaults["no_eager"] is (not default)
         else:
-            assert defaults[name] == parameter.default, name
+            assert defaults[name] == default, name

@@ -10,8 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from draft_head_fp8.errors import HeadFp8EligibilityError
-from draft_head_fp8.policy import WEIGHTS_CHANGE_AFTER_PROOF, weights_change_after_proof
 from draft_head_fp8.runners import MRV2, V1, describe, drafter_of, find_on_stack, runner_of
 
 
@@ -60,24 +58,18 @@ def test_the_runner_whose_load_performs_the_share_is_found_on_the_stack():
     assert find_on_stack(sys._getframe()) is None
 
 
-def _config(*, sleep=False, transfer=None):
-    return SimpleNamespace(
-        model_config=SimpleNamespace(enable_sleep_mode=sleep), weight_transfer_config=transfer
-    )
+def test_the_worker_that_loads_the_model_is_found_below_the_share():
+    """Where weight updates are announced (its transfer session, wake_up): found as the model
+    runner is, from the stack, never from a global."""
+    from draft_head_fp8.runners import find_worker_on_stack
 
+    class CPUWorker:  # named like vLLM's: what the stack walk recognises, with its runner
+        def __init__(self):
+            self.model_runner = object()
 
-def test_an_engine_whose_weights_can_change_after_the_proof_refuses_in_one_reason():
-    from draft_head_fp8.vllm_plugin.drafter import weights_fixed_after_proof
+        def load_model(self):
+            return find_worker_on_stack(sys._getframe())
 
-    weights_fixed_after_proof(_config())  # neither: nothing to refuse
-    with pytest.raises(HeadFp8EligibilityError) as refused:
-        weights_fixed_after_proof(_config(sleep=True, transfer=object()))
-    reason = str(refused.value)
-    assert reason == weights_change_after_proof(
-        "enable_sleep_mode: sleep level 2 discards the weights and loads them again; "
-        "weight_transfer_config: weight transfer rewrites the weights in place"
-    )
-    assert reason.startswith(WEIGHTS_CHANGE_AFTER_PROOF + " (enable_sleep_mode")
-    assert reason.endswith("or unset VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8")
-    # A vLLM whose config has neither field (older releases) refuses nothing.
-    weights_fixed_after_proof(SimpleNamespace(model_config=SimpleNamespace()))
+    worker = CPUWorker()
+    assert worker.load_model() is worker
+    assert find_worker_on_stack(sys._getframe()) is None

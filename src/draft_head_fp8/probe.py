@@ -71,6 +71,18 @@ def _batch_sweep(llm: Any, prompts: list, params: Any, sizes: tuple[int, ...]) -
     return sweep
 
 
+# The engine ``run`` starts unless told otherwise: small and eager, as the tests run it on a CPU.
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "speculative_tokens": 2,
+    "tensor_parallel_size": 1,
+    "max_model_len": 256,
+    "dtype": "bfloat16",
+    "kv_cache_memory_bytes": 64 << 20,
+    "gpu_memory_utilization": None,
+    "enforce_eager": True,
+}
+
+
 def _start_engine(
     target: str,
     assistant: str,
@@ -84,34 +96,26 @@ def _start_engine(
     enforce_eager: bool,
     speculative_method: str | None = None,
     pipeline_parallel_size: int = 1,
+    speculative_options: dict | None = None,
+    engine_options: dict | None = None,
 ) -> tuple[Any, float]:
     """vLLM on the target and its drafter, with the probe's worker extension; and the seconds
     the engine took to start."""
     from vllm import LLM
-    from vllm.platforms import current_platform
 
-    from draft_head_fp8 import families
-    from draft_head_fp8.checkpoint import read_config
-
-    family = families.for_config(read_config(assistant), Path(assistant))
-    if family is None and speculative_method is None:
-        raise SystemExit(
-            f"{assistant}: not a drafter of any family this package knows "
-            "(--speculative-method names vLLM's method for one it does not)"
-        )
-    cpu_options = family.cpu_engine_options if family and current_platform.is_cpu() else {}
-    started = time.perf_counter()
-    options: dict[str, Any] = {}
+    family, options = _family_options(assistant, speculative_method)
     if kv_cache_memory_bytes:
         options["kv_cache_memory_bytes"] = kv_cache_memory_bytes
     if gpu_memory_utilization is not None:
         options["gpu_memory_utilization"] = gpu_memory_utilization
+    started = time.perf_counter()
     llm = LLM(
         model=target,
         speculative_config={
             "method": speculative_method or family.speculative_method,
             "model": assistant,
             "num_speculative_tokens": speculative_tokens,
+            **(speculative_options or {}),
         },
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
@@ -125,10 +129,28 @@ def _start_engine(
         seed=0,
         disable_log_stats=False,
         worker_extension_cls="draft_head_fp8.worker_probe.WorkerProbe",
-        **cpu_options,
         **options,
+        **(engine_options or {}),
     )
     return llm, time.perf_counter() - started
+
+
+def _family_options(assistant: str, speculative_method: str | None) -> tuple[Any, dict]:
+    """The drafter's family (None for a drafter no family knows, named by its vLLM method) and
+    what vLLM needs to run it on a CPU."""
+    from vllm.platforms import current_platform
+
+    from draft_head_fp8 import families
+    from draft_head_fp8.checkpoint import read_config
+
+    family = families.for_config(read_config(assistant), Path(assistant))
+    if family is None and speculative_method is None:
+        raise SystemExit(
+            f"{assistant}: not a drafter of any family this package knows "
+            "(--speculative-method names vLLM's method for one it does not)"
+        )
+    cpu = family is not None and current_platform.is_cpu()
+    return family, dict(family.cpu_engine_options) if cpu else {}
 
 
 def run(
@@ -137,36 +159,20 @@ def run(
     prompts: list[str] | list[list[int]],
     *,
     max_tokens: int = 24,
-    speculative_tokens: int = 2,
     draft_agreement: bool = False,
     ignore_eos: bool = False,
-    tensor_parallel_size: int = 1,
-    max_model_len: int = 256,
-    dtype: str = "bfloat16",
-    kv_cache_memory_bytes: int | None = 64 << 20,
-    gpu_memory_utilization: float | None = None,
-    enforce_eager: bool = True,
     batch_sizes: tuple[int, ...] = (),
-    speculative_method: str | None = None,
-    pipeline_parallel_size: int = 1,
     reload_weights: bool = False,
+    weight_updates: list[dict] | None = None,
+    **engine: Any,
 ) -> dict:
-    """``prompts``: texts or token id lists; ``reload_weights``: last, try vLLM's reload."""
+    """``prompts``: texts or token id lists; ``weight_updates``: after the prompts, each update
+    and the prompts again (``probe_updates``); ``reload_weights``: last, try vLLM's reload;
+    ``engine``: ``_start_engine``'s options (its defaults: the tests' small CPU engine)."""
     from vllm import SamplingParams
 
-    llm, init_seconds = _start_engine(
-        target,
-        assistant,
-        speculative_tokens=speculative_tokens,
-        tensor_parallel_size=tensor_parallel_size,
-        max_model_len=max_model_len,
-        dtype=dtype,
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
-        gpu_memory_utilization=gpu_memory_utilization,
-        enforce_eager=enforce_eager,
-        speculative_method=speculative_method,
-        pipeline_parallel_size=pipeline_parallel_size,
-    )
+    engine = {**ENGINE_DEFAULTS, **engine}
+    llm, init_seconds = _start_engine(target, assistant, **engine)
     after_start = llm.collective_rpc("probe_observe")
     llm.collective_rpc("probe_time_draft_head")
     if draft_agreement:
@@ -178,18 +184,36 @@ def run(
     sweep = _batch_sweep(llm, prompts, params, batch_sizes)
     after_generate = llm.collective_rpc("probe_observe")
     agreement = llm.collective_rpc("probe_read_draft_agreement")[0] if draft_agreement else None
-    reload = _reload_weights(llm) if reload_weights else None
-    return _facts(
+    facts = _facts(
         llm,
         prompts,
         outputs,
         agreement=agreement,
         observed=(after_start, after_generate),
-        tensor_parallel_size=tensor_parallel_size,
+        tensor_parallel_size=engine["tensor_parallel_size"],
         sweep=sweep,
         seconds=seconds,
-        reload=reload,
     )
+    # After the facts of the prompts (vLLM's counters count from the start: read them first).
+    if weight_updates:
+        from draft_head_fp8.probe_updates import run_steps
+
+        facts["weight_updates"] = run_steps(
+            llm, weight_updates, _inputs(prompts), params, draft_agreement, spec_metrics
+        )
+    if reload_weights:
+        facts["reload_weights"] = _reload_weights(llm)
+    _shut_down(llm)
+    return facts
+
+
+def _shut_down(llm: Any) -> None:
+    """The engine shut down as a server shuts it down (its workers' ``shutdown``), not left to
+    the garbage collector: what a worker does at the end (the plugin's end-of-serving record)
+    happens before the facts are written, in a process of one run or of many."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and callable(getattr(core, "shutdown", None)):
+        core.shutdown()
 
 
 def _reload_weights(llm: Any) -> dict:
@@ -218,12 +242,16 @@ def _facts(
     after start-up and after generating (``observed``, every rank's)."""
     import resource
 
+    import vllm
+
     from draft_head_fp8 import settings
 
     after_start, after_generate = observed
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     return {
         "flag": settings.flag_as_set(),
+        # The vLLM that served (what imported, whatever distribution metadata says).
+        "vllm_version": vllm.__version__,
         "prompts": prompts,
         "token_ids": token_ids,
         "texts": [o.outputs[0].text for o in outputs],
@@ -244,6 +272,37 @@ def _facts(
         "peak_device_bytes": llm.collective_rpc("probe_peak_device_bytes"),
         "reload_weights": reload,
     }
+
+
+def _engine_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-model-len", type=int, default=256)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument(
+        "--kv-cache-memory-bytes", type=int, default=64 << 20, help="0: let vLLM size it"
+    )
+    p.add_argument("--gpu-memory-utilization", type=float, default=None)
+    p.add_argument("--no-eager", action="store_true", help="let vLLM compile / graph")
+    p.add_argument(
+        "--speculative-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more speculative_config key (VALUE read as JSON, else as a string); repeatable",
+    )
+    p.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more LLM(...) option, e.g. enable_sleep_mode=true (VALUE read as JSON, else "
+        "as a string); repeatable",
+    )
+    p.add_argument(
+        "--weight-updates",
+        metavar="FILE",
+        help="JSON list of weight updates to make after the prompts, each followed by the prompts "
+        "again (draft_head_fp8.probe_updates)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -273,13 +332,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pipeline-parallel-size", type=int, default=1, help="the flag refuses more than 1"
     )
-    p.add_argument("--max-model-len", type=int, default=256)
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument(
-        "--kv-cache-memory-bytes", type=int, default=64 << 20, help="0: let vLLM size it"
-    )
-    p.add_argument("--gpu-memory-utilization", type=float, default=None)
-    p.add_argument("--no-eager", action="store_true", help="let vLLM compile / graph")
+    _engine_arguments(p)
     p.add_argument(
         "--batch-sizes",
         type=int,
@@ -295,6 +348,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="where to write the JSON facts")
     return p
+
+
+def _option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--speculative-option {text!r}: expected KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,6 +381,11 @@ def main(argv: list[str] | None = None) -> int:
         speculative_method=args.speculative_method,
         pipeline_parallel_size=args.pipeline_parallel_size,
         reload_weights=args.reload_weights,
+        speculative_options=dict(_option(o) for o in args.speculative_option),
+        engine_options=dict(_option(o) for o in args.engine_option),
+        weight_updates=json.loads(Path(args.weight_updates).read_text())
+        if args.weight_updates
+        else None,
     )
     Path(args.out).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
     return 0

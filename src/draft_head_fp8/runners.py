@@ -80,3 +80,18 @@ def find_on_stack(frame: Any) -> Any:
                 return candidate
         frame = frame.f_back
     return None
+
+
+def find_worker_on_stack(frame: Any) -> Any:
+    """The worker whose ``load_model`` is running below ``frame`` (the object that holds the
+    model runner and takes vLLM's weight-update calls); None where there is none."""
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if (
+            candidate is not None
+            and type(candidate).__name__.endswith("Worker")
+            and hasattr(candidate, "model_runner")
+        ):
+            return candidate
+        frame = frame.f_back
+    return None

@@ -93,7 +93,14 @@ def observe(worker: Any) -> dict:
         "drafter_class": f"{type(drafter).__module__}.{type(drafter).__name__}",
         # Which of vLLM's model runners served, and its speculator (MRv2) or proposer (V1).
         "runner": describe(runner),
+        # The certified pick's rows by stage so far (None: no certified FP8 head serves).
+        "certificate": _certificate(modules.head),
     }
+
+
+def _certificate(head: Any) -> dict | None:
+    record = getattr(getattr(head, "quant_method", None), "certificate_record", None)
+    return record() if callable(record) else None
 
 
 def time_draft_head(worker: Any) -> bool:
@@ -204,9 +211,25 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
         stats["steps"] += int(same.numel())
         stats["agree"] += int(same.sum())
 
-    processor.register_forward_hook(compare, with_kwargs=True)
+    # One watch at a time: after a weight update the reference is the updated head's.
+    previous = getattr(drafter, "_draft_agreement_hook", None)
+    if previous is not None:
+        previous.remove()
+    drafter._draft_agreement_hook = processor.register_forward_hook(compare, with_kwargs=True)
     drafter._draft_agreement = stats
     return True
+
+
+def load_weights(worker: Any, model: str, file: str, names: list[str]) -> list[str]:
+    """The model's own ``load_weights`` in this worker, with tensors read from ``file``: an
+    in-place update no one announced (``model``: "target" or "draft")."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(file)
+    chosen = names or sorted(tensors)
+    module = worker.model_runner.model if model == "target" else _drafter(worker)
+    module.load_weights([(name, tensors[name]) for name in chosen])
+    return chosen
 
 
 def read_draft_agreement(worker: Any) -> dict | None:
@@ -239,3 +262,6 @@ class WorkerProbe:
 
     def probe_peak_device_bytes(self) -> int | None:
         return peak_device_bytes(self)
+
+    def probe_load_weights(self, model: str, file: str, names: list[str]) -> list[str]:
+        return load_weights(self, model, file, names)

@@ -16,6 +16,7 @@ from .chain import PruneRecord, pruned_boots, read_prune_records
 from .errors import ArchiveError, InvalidNameError
 from .fs import CHUNK, check_name, fd_closing, hash_fd, open_dir, open_file, read_at, read_fd, walk
 from .layout import BOOT_JSON, HIDE_PREFIX, MANIFEST, MANIFEST_SCHEMA, encode_json
+from .proofs import PROOFS, verify_proofs
 from .rootdir import BootEntry, is_sealed, open_root, read_manifest, root_lock, scan
 from .verify_chain import SealedBoot, verify_chain
 from .verify_report import VerifyReport
@@ -134,8 +135,8 @@ def _verify_sealed(
             if not stat.S_ISREG(st.st_mode):
                 report.add(shown, "symlink or special file in a sealed boot (never followed)")
                 continue
-            if rel == MANIFEST:
-                continue
+            if rel == MANIFEST or rel.startswith(PROOFS + "/"):
+                continue  # later proofs hang off the sealed boot: checked below, by their records
             seen.add(rel)
             entry = listed.get(rel)
             if entry is None:
@@ -145,6 +146,8 @@ def _verify_sealed(
             data = _check_listed_file(shown, rel, (dfd, leaf, st), entry, report, buf)
             if data is not None:
                 identity_raw = data
+        if manifest is not None:
+            verify_proofs(bfd, base, item.raw, report, buf)
     for rel in sorted(set(listed) - seen):
         report.add(base + rel, f"listed in {MANIFEST} but missing")
     if identity_raw is not None:

@@ -22,6 +22,7 @@ from draft_head_fp8.archive import (
 from draft_head_fp8.archive.diff import diff_boots, flatten
 from draft_head_fp8.cli._common import one_line_errors
 from draft_head_fp8.cli.archive_launch import add_launch_parser, run_launch
+from draft_head_fp8.cli.archive_proofs import print_proofs, proofs_of
 
 __all__ = ["add_archive_parser", "run_archive"]
 
@@ -174,6 +175,8 @@ def _cmd_show(arc: Archive, args) -> int:
         if isinstance(f, dict)
     }
     runners = _runners(boot, files)
+    proofs = proofs_of(boot)
+    files = [(p, s) for p, s in files if not p.startswith("proofs/")]  # listed with their proof
     if args.json:
         _print_json(
             {
@@ -182,6 +185,7 @@ def _cmd_show(arc: Archive, args) -> int:
                 "runners": runners,
                 "manifest": manifest,
                 "files": [{"path": p, "size": s, "sha256": digests.get(p)} for p, s in files],
+                "proofs": proofs,
             }
         )
         return 0
@@ -195,13 +199,7 @@ def _cmd_show(arc: Archive, args) -> int:
         for key, value in flatten(identity, "", {}).items():
             if key not in ("seq", "launch_id", "boot", "schema"):
                 print(f"  {key + ':':<36} {json.dumps(value)}")
-    for rank, runner in sorted(runners.items()):
-        described = (
-            "not recorded (diagnostics before v4)"
-            if runner is None
-            else (f"{runner['name']}: {runner['model_runner']}, speculator {runner['speculator']}")
-        )
-        print(f"  {f'runner (rank {rank}):':<36} {described}")
+    _print_runners(runners)
     if summary["expected_files"] is not None:
         missing = summary["expected_missing"]
         print(
@@ -219,7 +217,18 @@ def _cmd_show(arc: Archive, args) -> int:
     print("  files:")
     for path, size in files:
         print(f"    {size:>10}  {digests.get(path, '-'):<64}  {path}")
+    print_proofs(proofs)
     return 0
+
+
+def _print_runners(runners: dict[str, Any]) -> None:
+    for rank, runner in sorted(runners.items()):
+        described = (
+            "not recorded (diagnostics before v4)"
+            if runner is None
+            else (f"{runner['name']}: {runner['model_runner']}, speculator {runner['speculator']}")
+        )
+        print(f"  {f'runner (rank {rank}):':<36} {described}")
 
 
 def _runners(boot: Any, files: list) -> dict[str, Any]:

@@ -171,6 +171,9 @@ class Family:
     # Where the family's drafts differ in whose head they read (EAGLE-3: a head of its own, or
     # none and the target's), which one a draft folder's checkpoint reads; else always ``head``.
     head_for: Callable[[Path], HeadSource] | None = None
+    # Why vLLM's own weight-transfer session of this family's draft model cannot run in place
+    # (the flag refuses it before a byte moves, with this reason); None where it can.
+    draft_updates_refused: str | None = None
 
     @property
     def shares_target_head(self) -> bool:

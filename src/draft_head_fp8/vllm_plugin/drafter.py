@@ -34,7 +34,6 @@ from draft_head_fp8.policy import (
     env_enabled,
     unexpected_drafter_class,
     vllm_head_quantization_conflict,
-    weights_change_after_proof,
 )
 from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share, seams, vllm_classes
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
@@ -56,19 +55,6 @@ def no_pipeline_parallel(share: str) -> str:
         f"pipeline parallelism is outside this prototype: the post-share receipt needs the {share} "
         "share, which vLLM skips when pipeline_parallel_size > 1"
     )
-
-
-def weights_fixed_after_proof(vllm_config: VllmConfig) -> None:
-    """Refuse an engine configured so that its weights can change after the proof: sleep mode
-    (level 2 discards the weights and loads them again) and weight transfer (in-place updates).
-    ``reload_weights``, which any engine takes, is refused where it is called (``post_share``)."""
-    how = []
-    if getattr(vllm_config.model_config, "enable_sleep_mode", False):
-        how.append("enable_sleep_mode: sleep level 2 discards the weights and loads them again")
-    if getattr(vllm_config, "weight_transfer_config", None) is not None:
-        how.append("weight_transfer_config: weight transfer rewrites the weights in place")
-    if how:
-        raise HeadFp8EligibilityError(weights_change_after_proof("; ".join(how)))
 
 
 def one_head_quantization(speculative_config: Any) -> None:
@@ -103,6 +89,7 @@ def head_plan(family: Family, vllm_config: VllmConfig, head: HeadSource) -> Head
         ),
         serving_dtype=draft_config.dtype,
         draft_sample_method=str(getattr(speculative, "draft_sample_method", "greedy")),
+        certify=settings.certify(),
     )
 
 
@@ -123,7 +110,6 @@ class DraftHeadFp8Drafter:
     def _prepare(self, vllm_config: VllmConfig) -> None:
         family = self.family
         one_head_quantization(vllm_config.speculative_config)
-        weights_fixed_after_proof(vllm_config)
         if family.refusal is not None:
             reason = family.refusal(self.config)
             if reason:
@@ -179,6 +165,7 @@ class DraftHeadFp8Drafter:
             cpu_kernel=plan.cpu_kernel,
             bf16_from=plan.bf16_from,
             suppress_tokens=self._suppressed_tokens(),
+            certify=plan.certify,
         )
         post_share.arm(self, vllm_config, plan)
         logger.info(
@@ -188,7 +175,7 @@ class DraftHeadFp8Drafter:
             type(method).__name__,
             type(method.fp8_linear).__name__,
             method.weight_layout,
-            guarantee(method.rescore_k, plan.draft_sample_method),
+            guarantee(method.rescore_k, plan.draft_sample_method, method.certified),
         )
         announce_choices(method, plan)
 

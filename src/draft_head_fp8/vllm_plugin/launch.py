@@ -59,6 +59,16 @@ def place_rank(
     return place(rank=rank, launch_id=reports[0][0], node_keys=[key for _, key in reports])
 
 
+def exchange(value: Any, tp_size: int) -> list[Any]:
+    """Every rank's value, on every rank (one small all-gather over the TP group's CPU side)."""
+    import torch.distributed as dist
+    from vllm.distributed.parallel_state import get_tp_group
+
+    gathered: list[Any] = [None] * tp_size
+    dist.all_gather_object(gathered, value, group=get_tp_group().cpu_group)
+    return gathered
+
+
 def tp_barrier() -> None:
     import torch.distributed as dist
     from vllm.distributed.parallel_state import get_tp_group

@@ -45,11 +45,10 @@ from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
 from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.families.family import AT_SHARE, Modules, draft_heads, is_head
 from draft_head_fp8.nodes import LAUNCH_RECORD, NodePlace, single_node
-from draft_head_fp8.policy import weights_change_after_proof
-from draft_head_fp8.runners import describe, find_on_stack
-from draft_head_fp8.vllm_plugin import launch, shared_head
+from draft_head_fp8.runners import describe, find_on_stack, find_worker_on_stack
+from draft_head_fp8.vllm_plugin import launch, shared_head, updates
 from draft_head_fp8.vllm_plugin.plan import HeadPlan
-from draft_head_fp8.vllm_plugin.refusal import announce_refusal, announce_refused_call
+from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
 # Under "vllm." so that vLLM's own logging configuration shows it beside its lines.
 logger = init_logger(f"vllm.{__name__}")
@@ -185,16 +184,6 @@ def _first_failure(receipt: dict, pick: dict) -> str | None:
     return None
 
 
-def _exchange(summary: Any, tp_size: int) -> list[Any]:
-    """Every rank's value, on every rank (one small all-gather over the TP group's CPU side)."""
-    import torch.distributed as dist
-    from vllm.distributed.parallel_state import get_tp_group
-
-    gathered: list[Any] = [None] * tp_size
-    dist.all_gather_object(gathered, summary, group=get_tp_group().cpu_group)
-    return gathered
-
-
 def _modules(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> Modules:
     if armed.plan.head.when == AT_SHARE:
         target = _owner_of_head(drafter, shared_head.target_head_of(armed.private))
@@ -227,11 +216,12 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
         exact_pick=pick,
         failure=failure,
         runner=None if model_runner is None else describe(model_runner),
+        certificate=method.certificate_record() if hasattr(method, "certificate_record") else None,
     )
     # One boot per node of the engine start (one boot on one node): rank 0 names the launch.
     where = launch.place_rank(
         launch_id=armed.launch_id, vllm_config=armed.vllm_config, rank=rank, tp_size=tp_size,
-        exchange=_exchange,
+        exchange=launch.exchange,
     )  # fmt: skip
     boot, not_archived = _archive(where.launch_id, tp_size, rank, receipt, record, where)
     if not_archived is not None:  # raised below, once the other ranks have heard of it
@@ -246,8 +236,11 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
             f"post-share receipt failed validation: {failure} (receipt archived in {boot.path})"
         )
     _pending.discard(drafter)
-    if model_runner is not None:
-        _refuse_reload(model_runner)
+    # From now on every weight update proves the head again (reload, transfer, load_weights).
+    updates.watch(
+        drafter, modules.target, armed=armed, boot=boot, where=where, model_runner=model_runner,
+        worker=find_worker_on_stack(sys._getframe()),
+    )  # fmt: skip
     if armed.plan.head.when == AT_SHARE:
         for path, _ in drafter.named_modules(remove_duplicate=False):
             _proven[drafter.get_submodule(path) if path else drafter] = receipt_path(rank)
@@ -290,7 +283,7 @@ def _cross_check(
         scale=record["head"].get("scale"),
         top_k=pick["top_k"],
     )
-    summaries = _exchange(mine, tp_size)
+    summaries = launch.exchange(mine, tp_size)
     problems = cross_rank_problems(summaries, tp_size)
     if rank == 0 and boot is not None:
         _keep(boot, RANKS_PATH, diagnostics.ranks_record(
@@ -299,19 +292,6 @@ def _cross_check(
     if problems and failure is None:
         failure = "across ranks: " + "; ".join(problems)
     return failure
-
-
-def _refuse_reload(model_runner: Any) -> None:
-    """vLLM's ``reload_weights`` (an RPC any engine takes, no setting needed) rewrites the target's
-    weights in place, under the private FP8 head made from them: after the proof it is refused,
-    before a byte moves, and the engine goes on serving what its receipt describes."""
-
-    def reload_weights(*args: Any, **kwargs: Any) -> None:
-        exc = HeadFp8EligibilityError(weights_change_after_proof("reload_weights was called"))
-        announce_refused_call("reload_weights", exc)
-        raise exc
-
-    model_runner.reload_weights = reload_weights  # this worker's runner only, flag on only
 
 
 def _announce_pass(
