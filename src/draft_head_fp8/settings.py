@@ -22,6 +22,17 @@ RESCORE_ENV = "DRAFT_HEAD_FP8_RESCORE_TOPK"
 DEFAULT_RESCORE_TOPK = 8
 MAX_RESCORE_TOPK = 64  # beyond this the "pick" is a second head, not a rescoring
 
+CERTIFY_ENV = "DRAFT_HEAD_FP8_CERTIFY"
+CERTIFY = {
+    "on": "every draft pick certified against a proven bound on each FP8 logit's error, or "
+    "served from the BF16 rows (docs/certificate.md)",
+    "off": "the top-k rescored without a certificate: exact whenever the BF16 token is among "
+    "the FP8 top-k (measured, not guaranteed)",
+}
+# Stage b of the certified pick: the tokens of highest upper bound rescored when the top-k do not
+# certify a row; a static size, so that the pick keeps its shapes under a CUDA graph.
+WIDE_RESCORE_TOPK = 64
+
 CPU_KERNEL_ENV = "DRAFT_HEAD_FP8_CPU_KERNEL"
 CPU_KERNELS = {
     "auto": "vLLM's W8A16 op (fp8_scaled_mm_cpu) where vLLM ships it; refused where it does not",
@@ -34,6 +45,11 @@ BF16_FROM_ENV = "DRAFT_HEAD_FP8_BF16_FROM"
 BF16_FROM_AUTO, BF16_FROM_NEVER = "auto", "never"
 
 
+# vLLM's own: a source build for CPU sets it (and vLLM's platform detection reads it at run time);
+# ``check`` reads it to tell a CPU build of distribution ``vllm`` from a CUDA one.
+VLLM_TARGET_DEVICE_ENV = "VLLM_TARGET_DEVICE"
+
+
 def _value(name: str, environ: Mapping[str, str] | None) -> str | None:
     value = (os.environ if environ is None else environ).get(name)
     return None if value is None or not value.strip() else value.strip()
@@ -43,6 +59,11 @@ def flag_as_set(environ: Mapping[str, str] | None = None) -> str | None:
     """The experiment flag's value exactly as set (None: unset), for records of a run; what it
     means is ``policy.env_enabled``'s to say."""
     return (os.environ if environ is None else environ).get(EXPERIMENT_ENV)
+
+
+def vllm_target_device(environ: Mapping[str, str] | None = None) -> str | None:
+    """vLLM's ``VLLM_TARGET_DEVICE`` as set (None: unset)."""
+    return _value(VLLM_TARGET_DEVICE_ENV, environ)
 
 
 def archive_root(environ: Mapping[str, str] | None = None) -> str | None:
@@ -65,6 +86,18 @@ def exact_pick_top_k(environ: Mapping[str, str] | None = None) -> int:
             f"(0 = plain FP8 logits; unset = {DEFAULT_RESCORE_TOPK})"
         )
     return k
+
+
+def certify(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether each draft pick is certified (``on``, the default) or only rescored (``off``)."""
+    raw = _value(CERTIFY_ENV, environ)
+    if raw is None:
+        return True
+    if raw.lower() not in CERTIFY:
+        raise HeadFp8EligibilityError(
+            f"{CERTIFY_ENV}={raw!r} is not one of {', '.join(CERTIFY)} (on: {CERTIFY['on']})"
+        )
+    return raw.lower() == "on"
 
 
 def cpu_kernel(environ: Mapping[str, str] | None = None) -> str:

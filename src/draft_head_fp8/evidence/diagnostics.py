@@ -3,8 +3,9 @@
 Where the FP8 bytes came from (the SHA-256 of the BF16 rows quantized and of the checkpoint
 tensor), how the per-tensor scale fits the head's rows, the kernel chosen and the one vLLM would
 have chosen, timings, what the exact draft-token pick rescores from (``exact_pick``), and the
-validation verdict. Built here only; JSON Schemas ``schemas/diagnostics-v4.schema.json`` (v3, v2
-and v1 for archives from before the runner, the families and the exact pick) and
+validation verdict, and the certified pick's facts and counts. Built here only; JSON Schemas
+``schemas/diagnostics-v5.schema.json`` (v4, v3, v2 and v1 for archives from before the
+certificate, the runner, the families and the exact pick) and
 ``schemas/ranks-v1.schema.json`` for the cross-rank record of a tensor-parallel boot.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from draft_head_fp8.evidence import DIAGNOSTICS_V4
+from draft_head_fp8.evidence import DIAGNOSTICS_V5
 from draft_head_fp8.settings import BF16_FROM_ENV
 
 RANKS_V1 = "draft-head-fp8-ranks/v1"
@@ -74,9 +75,10 @@ def record(
     exact_pick: dict,
     failure: str | None,
     runner: dict | None,
+    certificate: dict | None = None,
 ) -> dict:
     return {
-        "schema": DIAGNOSTICS_V4,
+        "schema": DIAGNOSTICS_V5,
         "phase": phase,
         "rank": rank,
         "family": family,
@@ -86,6 +88,8 @@ def record(
         "validation": {"passed": failure is None, "reason": failure},
         # Which of vLLM's model runners served this boot (runners.describe).
         "runner": runner,
+        # The certified pick: on or off, its bound's facts, the rows each stage decided so far.
+        "certificate": certificate or {"on": False, "counts": None},
     }
 
 

@@ -18,25 +18,40 @@ from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.checks import Check, get
 from draft_head_fp8.evidence.snapshot import call_or_none, tensor_snapshot
 from draft_head_fp8.families.family import Modules
-from draft_head_fp8.settings import MAX_RESCORE_TOPK
+from draft_head_fp8.settings import MAX_RESCORE_TOPK, WIDE_RESCORE_TOPK
 
 ROWS_FROM_DRAFT = "draft"  # the drafter's own head's rows
 ROWS_FROM_TARGET_HEAD = "target_lm_head"  # the target head's weight, shared
 ROWS_SOURCES = (ROWS_FROM_DRAFT, ROWS_FROM_TARGET_HEAD)
 
 
-def guarantee(k: int, draft_sample_method: Any) -> str:
-    """What the mode guarantees, in one sentence, for the start-up log and the record."""
+def guarantee(k: int, draft_sample_method: Any, certified: bool = False) -> str:
+    """What the mode guarantees, in one sentence, for the start-up log and the record. "Always"
+    only where the certificate is on, with what it rests on (docs/certificate.md)."""
     if k == 0:
         return "plain FP8 logits: draft tokens may differ from the BF16 head's"
-    if str(draft_sample_method or "greedy") == "greedy":
+    greedy = str(draft_sample_method or "greedy") == "greedy"
+    if greedy and certified:
+        return (
+            f"greedy drafting: every draft token is the BF16 head's, always: each pick certified "
+            f"by the FP8 top-{k}, else the top-{WIDE_RESCORE_TOPK}, rescored against a proven "
+            "bound on every FP8 logit's error, or served from the BF16 rows (lowest index wins "
+            "ties; under a CUDA graph a row the wider rescoring leaves uncertified is served by "
+            "it and counted)"
+        )
+    if greedy:
         return (
             f"greedy drafting: each draft token is the BF16 head's whenever it is among the FP8 "
             f"top-{k} (exact rescoring)"
         )
+    bounded = (
+        "; every other logit is within the proven bound of its BF16 value (docs/certificate.md)"
+        if certified
+        else ""
+    )
     return (
         f"{draft_sample_method} drafting: the top-{k} logits are the BF16 head's, the tail is FP8 "
-        "clamped below them, so draft probabilities are not exactly BF16's"
+        f"clamped below them, so draft probabilities are not exactly BF16's{bounded}"
     )
 
 
@@ -64,7 +79,7 @@ def pick_record(
         "top_k": k,
         "rows_source": rows_source,
         "draft_sample_method": str(draft_sample_method or "greedy"),
-        "guarantee": guarantee(k, draft_sample_method),
+        "guarantee": guarantee(k, draft_sample_method, bool(getattr(method, "certified", False))),
         "rows": tensor_snapshot(rows),
         "real_rows": getattr(method, "real_rows", None),
         # The tensor provenance hashed at load, still: its storage and shape, unchanged.

@@ -45,7 +45,7 @@ from draft_head_fp8.fp8 import QuantizedHead, head_amax, quantize_per_tensor, te
 from draft_head_fp8.layouts import LAYOUT_PLAIN
 from draft_head_fp8.rescore import rescore_top_k
 from draft_head_fp8.settings import BF16_FROM_NEVER
-from draft_head_fp8.vllm_plugin import batch_paths
+from draft_head_fp8.vllm_plugin import batch_paths, certified_pick
 from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
@@ -112,7 +112,17 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         self.bf16_setting: str | int = BF16_FROM_NEVER
         self.bf16_from: int | None = None  # calls of this many rows or more: the BF16 rows
         self.bf16: batch_paths.BF16Head | None = None
+        self.bf16_layer: torch.nn.Module | None = None  # the target's head, where rows are its
         self.diagnostics: dict[str, Any] = {}
+        # Set once the head is proven (``updates.Watch``): asked before every draft-head call
+        # whether the bytes it describes are still the ones the head reads.
+        self.watch: Any = None
+        self.fallback_reason: str | None = None  # why the BF16 rows serve every call, if they do
+        # The certified pick (certificate.py): asked for, its bound once the head is made, and
+        # how many draft rows each stage has decided (on the device; read off the hot path).
+        self.certify = False
+        self.bound: Any = None  # certificate.LogitBound
+        self.pick_counts: torch.Tensor | None = None
 
     def install(
         self,
@@ -122,9 +132,10 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         cpu_kernel: str,
         bf16_from: str | int = BF16_FROM_NEVER,
         suppress_tokens: list[int] | None = None,
+        certify: bool = False,
     ) -> None:
         """Take over a constructed, tied ``ParallelLMHead``: choose the FP8 kernel for this
-        rank's shape and how many candidates to rescore.
+        rank's shape, how many candidates to rescore, and whether each pick is certified.
 
         The weight stays the tied BF16 embedding Parameter until ``process_weights_after_loading``.
         """
@@ -150,6 +161,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         indices = head.shard_indices
         self.real_rows = int(indices.num_org_elements)
         self.rescore_k = min(rescore_k, shape[0])
+        self.certify = certify and self.rescore_k > 0
         self.bf16_setting = bf16_from
         start, end = indices.org_vocab_start_index, indices.org_vocab_end_index
         self.suppress_tokens = [t - start for t in suppress_tokens or () if start <= t < end]
@@ -175,7 +187,68 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         """A head whose bytes exist only at the share: made from the target head's BF16 weight,
         which stays the target's (read, never written) and is the exact pick's rows; the target
         head itself serves the BF16 path, so no BF16 copy is added."""
+        self.bf16_layer = target_head
         self._quantize(layer, target_head.weight, bf16_layer=target_head)
+
+    @torch.no_grad()
+    def remake(
+        self, layer: torch.nn.Module, source: torch.Tensor, checkpoint_source: Any = None
+    ) -> None:
+        """After a weight update: the FP8 copy made again from ``source`` as it now is (the same
+        per-rank path as at start-up: hash, the whole head's scale, quantize, vLLM's packing),
+        written into the FP8 weight and scale already installed (CUDA graphs captured on them
+        keep reading valid bytes), the exact pick reading ``source``. ``checkpoint_source``: the
+        checkpoint the update named, else None (weights that came with the update). Raises
+        ``HeadFp8EligibilityError`` (or ``NonFiniteHeadError``) and installs nothing when the
+        new bytes cannot be served in FP8; the caller then serves the BF16 rows."""
+        self.checkpoint_source = checkpoint_source
+        started = time.perf_counter()
+        real = self.real_rows if self.real_rows is not None else int(source.shape[0])
+        made = self._hash_and_quantize(layer, source, real)
+        self._check_checkpoint(made)
+        certified_pick.make_bound(self, source, made.quantized)  # before vLLM packs the bytes
+        scratch = torch.nn.Module()
+        scratch.weight = Parameter(made.quantized.weight.t(), requires_grad=False)
+        scratch.weight_scale = Parameter(made.quantized.scale.clone(), requires_grad=False)
+        scratch.input_scale = None
+        self.fp8_linear.process_weights_after_loading(scratch)  # vLLM's packing, as at load
+        for name in ("weight", "weight_scale"):
+            mine, new = getattr(layer, name), getattr(scratch, name)
+            if mine.shape != new.shape or mine.dtype != new.dtype:
+                raise HeadFp8EligibilityError(
+                    f"the re-made FP8 head's {name} is {new.dtype} {list(new.shape)}, not the "
+                    f"{mine.dtype} {list(mine.shape)} the engine serves"
+                )
+            mine.copy_(new)
+        self.stored_scale = made.quantized.scale
+        self.rescore_rows = source if self.rescore_k else None
+        # Our own BF16 rows are prepared by vLLM's GEMM once (oneDNN keeps a reordered copy):
+        # prepared again from the rows as they now are. The target's own head is vLLM's to redo.
+        paths = self._choose_paths(layer, source, self.bf16_layer)
+        self.fallback_reason = None
+        self.diagnostics = head_record(
+            source=source, rows_hashed=real, source_sha256=made.source_sha256,
+            checkpoint=made.checkpoint, quantized=made.quantized,
+            kernel=type(self.fp8_linear).__name__,
+            vllm_default_kernel=self.kernel.vllm_default if self.kernel else None,
+            seconds={"hash_source": made.hashed - started,
+                     "quantize": made.quantized_at - made.hashed,
+                     "total_with_checkpoint_hash": time.perf_counter() - started},
+            weight_layout=self.weight_layout, amax_local=made.amax_local, batch_paths=paths,
+        )  # fmt: skip
+
+    def serve_bf16_rows(self, layer: torch.nn.Module, source: torch.Tensor, reason: str) -> None:
+        """Every draft-head call from now on served by the head's own BF16 rows (``source``),
+        vLLM's unquantized GEMM: the BF16 head's logits, so the BF16 head's draft tokens, with
+        no FP8 byte read. For a head whose FP8 copy no longer describes the rows it serves."""
+        self.bf16 = batch_paths.BF16Head(source, self.bf16_layer)
+        self.bf16_from = 1
+        self.fallback_reason = reason
+        self.diagnostics = {
+            **self.diagnostics,
+            "batch_paths": {**(self.diagnostics.get("batch_paths") or {}), "bf16_from": 1,
+                            "why": f"the FP8 head was refused after a weight update: {reason}"},
+        }  # fmt: skip
 
     @torch.no_grad()
     def _quantize(
@@ -247,6 +320,9 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         # A new Parameter, never a copy into the old one: the BF16 source is the draft embedding
         # (which the proposer is about to replace by the target's) or the target's own head, and
         # its bytes stay as loaded.
+        # The bound reads the FP8 bytes row-major: made before vLLM packs them (its packing may
+        # rewrite the same storage in VNNI tiles).
+        certified_pick.make_bound(self, source, quantized)
         layer.weight = Parameter(quantized.weight.t(), requires_grad=False)
         # The kernel reads layer.weight_scale and may rewrite it in place (vLLM's
         # replace_parameter reuses storage of the same size); the stored scale is kept apart.
@@ -259,6 +335,15 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             self.rescore_rows = source
             if self.suppress_tokens:
                 self.suppressed = torch.tensor(self.suppress_tokens, device=source.device)
+
+    @property
+    def certified(self) -> bool:
+        """Whether each pick is certified (the bound is made once the head's bytes are)."""
+        return self.certify
+
+    def certificate_record(self) -> dict:
+        """The certificate's facts and its counts so far (reads the device: off the hot path)."""
+        return certified_pick.record(self)
 
     def _choose_paths(
         self, layer: torch.nn.Module, source: torch.Tensor, bf16_layer: torch.nn.Module | None
@@ -276,11 +361,18 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             hidden=int(source.shape[1]),
             dtype=source.dtype,
         )
+        if self.pick_counts is not None:
+            self.pick_counts.zero_()  # the load-time measurement's calls are no draft rows
         return record
 
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
+        # Host-side facts only (a counter, an identity): no device sync, no value read. Under a
+        # CUDA graph's replay this does not run: updates the engine announces are proven where
+        # they end (``updates``), outside any graph.
+        if self.watch is not None:
+            self.watch.before_draft_call()
         # A Python branch on the batch, never on values: each CUDA graph or compiled size takes
         # one path, and nothing waits for the device.
         if self.bf16 is not None and x.numel() // x.shape[-1] >= self.bf16_from:
@@ -293,6 +385,8 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         logits = self.fp8_linear.apply_weights(layer, x, bias)
         if self.rescore_rows is None:
             return logits
+        if self.bound is not None:
+            return certified_pick.pick(self, logits, x)
         return rescore_top_k(
             logits,
             x,

@@ -23,6 +23,7 @@ class HeadPlan:
     checkpoint_dir: Path  # the folder whose safetensors hold the head's bytes
     serving_dtype: Any  # the dtype vLLM serves the drafter in
     draft_sample_method: str  # "greedy" unless vLLM was asked otherwise
+    certify: bool = True  # settings.certify(): each pick certified, or only rescored
 
 
 def fp8_head_quant_config() -> OnlineQuantizationConfig:

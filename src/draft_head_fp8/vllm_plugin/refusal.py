@@ -29,7 +29,7 @@ def announce_choices(method: Any, plan: Any) -> None:
         announce_warning(method.kernel.warning)
     if plan.draft_sample_method != "greedy":
         # Exact picks are exact draft tokens only when the draft token is an argmax.
-        announce_warning(guarantee(method.rescore_k, plan.draft_sample_method))
+        announce_warning(guarantee(method.rescore_k, plan.draft_sample_method, method.certified))
 
 
 def refusing_class(name: str, base: type, reason: str, module: str) -> type:

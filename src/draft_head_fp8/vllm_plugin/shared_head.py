@@ -91,8 +91,9 @@ def make_private_head(
         )
         method.checkpoint_owner = "target"
         method.install(
-            head, rescore_k=plan.rescore_k, cpu_kernel=plan.cpu_kernel, bf16_from=plan.bf16_from
-        )
+            head, rescore_k=plan.rescore_k, cpu_kernel=plan.cpu_kernel, bf16_from=plan.bf16_from,
+            certify=plan.certify,
+        )  # fmt: skip
         method.make_from(head, shared)
         method.target_head = shared
     logger.info(
@@ -103,7 +104,7 @@ def make_private_head(
         type(method).__name__,
         type(method.fp8_linear).__name__,
         method.weight_layout,
-        guarantee(method.rescore_k, plan.draft_sample_method),
+        guarantee(method.rescore_k, plan.draft_sample_method, method.certified),
         describe_paths(method.diagnostics.get("batch_paths") or {}),
     )
     announce_choices(method, plan)
