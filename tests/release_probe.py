@@ -17,7 +17,9 @@ What it records:
 - ``bf16_rows``: the BF16 rows' head is that release's ``ParallelLMHead``, its logits the matmul's;
 - ``cpu_kernel_gate``: the CPU head kernel's gate, which reads the W8A16 flag, as on a CPU;
 - ``decisions``: the plugin's pure decisions that read vLLM (head recognition, the FP8 scheme's
-  name, the layout-keeping kernels per platform, the vocab shards): equal to 0.32's or not.
+  name, the layout-keeping kernels per platform, the vocab shards): equal to 0.32's or not;
+- ``verdicts``: the verdict on every speculative architecture of that release
+  (``vllm_plugin/registry_facts.py``), whose reason the refusing classes must give.
 """
 
 from __future__ import annotations
@@ -205,6 +207,12 @@ def cpu_kernel_gate() -> list:
     return list(CPUFp8W8A16HeadKernel.is_supported())
 
 
+def verdicts() -> dict:
+    from draft_head_fp8.vllm_plugin import registry_facts
+
+    return {v.architecture: v.as_dict() for v in registry_facts.verdicts()}
+
+
 def flag_off_changes_nothing(register) -> bool:
     """With the flag unset, ``register`` leaves vLLM's registry exactly as it was (then the flag
     is set back for the rest of the probe)."""
@@ -244,6 +252,7 @@ def main() -> None:
         "decisions": decisions(),
         "bf16_rows": bf16_rows(),
         "cpu_kernel_gate": cpu_kernel_gate(),
+        "verdicts": verdicts(),
     }
     print("RELEASE-PROBE " + json.dumps(report, sort_keys=True, default=str))
 

@@ -1,6 +1,7 @@
 """Drafters no family serves refuse to start with the flag on (vllm_plugin.unserved): the pure
 reason, which architectures get a refusing class, and that class refusing before any weight
-exists. The engine test is in test_shared_head_families (a Qwen3 EAGLE-3 draft)."""
+exists, with its architecture's verdict (test_registry_verdicts.py judges every one). The engine
+test is in test_shared_head_families (a Qwen3 EAGLE-3 draft)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ def test_the_reason_names_the_drafter_what_is_served_and_the_way_out():
         "Eagle3Qwen3ForCausalLM is not a drafter this package serves (its head would serve in "
         "BF16, with no receipt); served: A, B; unset VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8 to serve it "
         "as vLLM does"
+    )
+
+
+def test_the_reason_says_why_in_the_architectures_own_verdict():
+    assert unserved_drafter("MedusaModel", ["A"], "drafts through several heads (lm_heads[])") == (
+        "MedusaModel is not a drafter this package serves (its head would serve in BF16, with no "
+        "receipt): drafts through several heads (lm_heads[]); served: A; unset "
+        "VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8 to serve it as vLLM does"
     )
 
 
@@ -47,7 +56,12 @@ def test_the_refusing_class_is_vllms_and_refuses_at_construction(capsys):
     assert issubclass(cls, Eagle3LlamaForCausalLM)
     with pytest.raises(HeadFp8EligibilityError) as refused:
         cls(vllm_config=None)
-    assert str(refused.value) == unserved_drafter("PEagleDraftModel", SERVED)
+    # Its own verdict's reason (registry_facts), after the prefix users match on.
+    from draft_head_fp8.vllm_plugin import registry_facts
+
+    why = registry_facts.verdict("PEagleDraftModel").reason
+    assert why.startswith("drafts every token in one pass (P-EAGLE parallel drafting)")
+    assert str(refused.value) == unserved_drafter("PEagleDraftModel", SERVED, why)
     assert capsys.readouterr().err == f"draft-head-fp8: refusing to start: {refused.value}\n"
     with pytest.raises(AttributeError, match="no class 'DraftHeadFp8UnservedEagleLlama"):
         unserved.refusing_class("DraftHeadFp8UnservedEagleLlamaForCausalLM")  # served: a family's

@@ -116,17 +116,29 @@ def test_every_family_wraps_exactly_the_class_that_release_builds(probe, version
 @VERSIONS
 def test_every_other_speculative_architecture_refuses_with_its_reason(probe, version):
     drafters = probe(version)["drafters"]
+    verdicts = probe(version)["verdicts"]
     unserved = {a: r for a, r in drafters.items() if a not in SERVED}
     assert {"Eagle3Qwen3ForCausalLM", "Qwen3_5MTP"} <= set(unserved)
     built = {a: r for a, r in unserved.items() if "vllm_cannot_build_here" not in r}
     for architecture, record in built.items():
-        reason = unserved_drafter(architecture, sorted(SERVED))
+        # The prefix users match on, then that release's verdict on the architecture.
+        reason = unserved_drafter(architecture, sorted(SERVED), verdicts[architecture]["reason"])
         assert record["refused_with"] == record["refusal"] == reason, architecture
         assert record["subclasses_vllms"] and not record["serves"], architecture
         assert record["registered"].endswith(f":DraftHeadFp8Unserved{architecture}")
     # Whatever this platform cannot import is registered to the refusing class all the same.
     for architecture, record in unserved.items():
         assert record["registry_entry"].endswith(f":DraftHeadFp8Unserved{architecture}")
+
+
+@VERSIONS
+def test_every_architecture_of_the_release_has_a_verdict(probe, version):
+    verdicts = probe(version)["verdicts"]
+    assert set(verdicts) == set(probe(version)["drafters"])  # vLLM's own table, every entry
+    if version == "0.34.0":
+        assert len(verdicts) == 69
+    assert {a for a, v in verdicts.items() if v["status"] == "served"} == set(SERVED)
+    assert {v["status"] for v in verdicts.values()} <= {"served", "refused", "not judged yet"}
 
 
 def test_034_builds_an_nvidia_qwen35_mtp_on_cuda_and_the_family_refuses_it(probe):

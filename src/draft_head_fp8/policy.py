@@ -289,13 +289,16 @@ def slow_cpu_refusal(missing: str) -> str:
 UNSERVED_DRAFTER = "is not a drafter this package serves"
 
 
-def unserved_drafter(architecture: str, served: list[str]) -> str:
+def unserved_drafter(architecture: str, served: list[str], why: str | None = None) -> str:
     """Why the flag refuses a drafter no family serves (EAGLE-3, DFlash, other MTP models): with
     the flag on, the user asked for a proven FP8 head, and this drafter would silently serve its
-    BF16 head with no receipt."""
+    BF16 head with no receipt. ``why``: the architecture's verdict (``verdicts``), what its class
+    does that the plugin does not prove and what would change that."""
+    because = f": {why}" if why else ""
     return (
-        f"{architecture} {UNSERVED_DRAFTER} (its head would serve in BF16, with no receipt); "
-        f"served: {', '.join(sorted(served))}; unset {EXPERIMENT_ENV} to serve it as vLLM does"
+        f"{architecture} {UNSERVED_DRAFTER} (its head would serve in BF16, with no receipt)"
+        f"{because}; served: {', '.join(sorted(served))}; unset {EXPERIMENT_ENV} to serve it as "
+        "vLLM does"
     )
 
 
@@ -331,18 +334,16 @@ def vllm_head_quantization_conflict(scheme: str) -> str:
     )
 
 
-WEIGHTS_CHANGE_AFTER_PROOF = "weights can change after the post-share proof"
+DRAFT_UPDATE_REFUSED = "vLLM's draft weight update is refused for this drafter"
 
 
-def weights_change_after_proof(how: str) -> str:
-    """Why the flag refuses an engine whose weights can change after its receipt (``how``: the
-    setting or the call): the private FP8 head is made once, at the share, from the bytes the
-    receipt hashes; vLLM's ``reload_weights``, weight transfer and sleep mode level 2 rewrite the
-    target's weights in place and would leave it serving bytes the receipt no longer describes."""
+def draft_update_refused(family_title: str, why: str) -> str:
+    """Why the flag refuses a weight-transfer session of the draft model of a family whose draft
+    vLLM itself cannot update in place (``Family.draft_updates_refused``): refused before a byte
+    moves, the engine serving on, unchanged."""
     return (
-        f"{WEIGHTS_CHANGE_AFTER_PROOF} ({how}): the private FP8 draft head is made once, from the "
-        "bytes its receipt hashes, and would keep serving them; restart the engine to serve new "
-        f"weights, or unset {EXPERIMENT_ENV}"
+        f"{DRAFT_UPDATE_REFUSED} ({family_title}): {why}; nothing was changed, the engine serves "
+        "on as proven; update the target, or restart the engine with the new draft"
     )
 
 

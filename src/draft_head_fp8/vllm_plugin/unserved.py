@@ -1,7 +1,9 @@
 """Drafters no family serves (EAGLE-3, DFlash, the MTP models of other families): with the flag
 on, each of vLLM's speculative-decoding architectures that no family claims is registered to a
 class that refuses at construction, before the drafter loads a weight. Without this such a drafter
-would start with its BF16 head and no receipt, and the flag would have been silently ignored.
+would start with its BF16 head and no receipt, and the flag would have been silently ignored. The
+refusal says why, in the architecture's own verdict (``registry_facts``, ``verdicts``): the same
+sentence ``draft-head-fp8 check --drafters`` prints.
 
 The refusing class subclasses vLLM's own (made on first use, like the families' classes), so
 vLLM's registry inspects what it always inspects; only ``__init__`` differs.
@@ -40,7 +42,24 @@ def refusing_class(name: str) -> type:
     served = sorted({a for family in all_families() for a in family.drafters})
     # The class vLLM builds for it here, resolved as vLLM resolves it.
     base = vllm_classes.vllm_class(architecture)
-    return refusal.refusing_class(name, base, unserved_drafter(architecture, served), __name__)
+    reason = unserved_drafter(architecture, served, why(architecture, base))
+    return refusal.refusing_class(name, base, reason, __name__)
+
+
+def why(architecture: str, base: type) -> str | None:
+    """The architecture's verdict reason (``verdicts``), judged from the source of ``base``, the
+    class vLLM builds for it here; None where judging fails (the refusal stands all the same)."""
+    return _why(architecture, vllm_classes.qualified(base))
+
+
+@cache
+def _why(architecture: str, built: str) -> str | None:
+    from draft_head_fp8.vllm_plugin import registry_facts
+
+    try:
+        return registry_facts.verdict_for(architecture, built).reason
+    except Exception:  # a refusal must never fail for want of its explanation
+        return None
 
 
 def __getattr__(name: str) -> type:

@@ -1,0 +1,157 @@
+"""``draft-head-fp8 check --drafters``: the flag's verdict on every speculative-decoding
+architecture of the installed vLLM (served, refused and why, or not judged yet), judged from
+vLLM's own registry and model source (``vllm_plugin/registry_facts.py``, ``verdicts.py``). No
+drafter folder is needed. ``markdown`` renders the same table for ``docs/`` (``tools/
+drafter_tables.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from draft_head_fp8.cli._common import EXIT_OK, UsageError
+from draft_head_fp8.settings import EXPERIMENT_ENV
+
+if TYPE_CHECKING:
+    from draft_head_fp8.verdicts import Verdict
+
+OPTION = "--drafters"
+HELP = (
+    "instead of a drafter folder: the verdict on every speculative-decoding architecture of "
+    "the installed vLLM (served, refused and why, or not judged yet); with --json, as JSON"
+)
+# What a refused or unjudged drafter does with the flag on, said once under the table.
+FLAG_NOTE = (
+    f"with {EXPERIMENT_ENV}=1, vLLM refuses to start a drafter that is not served, with its "
+    "reason; without the flag every drafter serves its BF16 head as vLLM does"
+)
+# Options of `check` that only a drafter folder gives a meaning.
+_FOLDER_OPTIONS = ("assistant", "target", "estimate", "bandwidth")
+
+
+def add_folder_or_drafters(parser: argparse.ArgumentParser) -> None:
+    """``check``'s drafter folder, which ``--drafters`` makes unnecessary (``dispatch`` still
+    asks for it without ``--drafters``, with argparse's own words)."""
+    parser.add_argument(
+        "assistant",
+        metavar="DRAFT_DIR",
+        nargs="?",
+        help="the drafter's folder: an assistant, an EAGLE draft, or a target holding MTP layers",
+    )
+    parser.add_argument(OPTION, action="store_true", help=HELP)
+
+
+def dispatch(
+    check: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser
+) -> Callable[[argparse.Namespace], int]:
+    """``check``'s entry point: the drafters' table with ``--drafters``, else ``check`` itself,
+    which still needs its drafter folder (the same usage error as before when it is missing)."""
+
+    def run_check(args: argparse.Namespace) -> int:
+        if getattr(args, "drafters", False):
+            given = [f"--{o}" if o != "assistant" else "DRAFT_DIR" for o in _FOLDER_OPTIONS
+                     if getattr(args, o, None)]  # fmt: skip
+            if given:
+                raise UsageError(
+                    f"--drafters judges vLLM's registry, not a folder: drop {given[0]}"
+                )
+            return run(args)
+        if args.assistant is None:
+            parser.error("the following arguments are required: DRAFT_DIR")
+        return check(args)
+
+    return run_check
+
+
+def _verdicts() -> tuple[list[Verdict], str]:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "vLLM is not installed here: there is no speculative-decoding registry to judge"
+        ) from None
+    from draft_head_fp8.vllm_plugin import registry_facts
+
+    return registry_facts.verdicts(), str(registry_facts.release()["version"])
+
+
+def report(verdicts: Sequence[Verdict], version: str) -> dict[str, Any]:
+    from draft_head_fp8.verdicts import counts
+
+    return {
+        "vllm": version,
+        "counts": counts(verdicts),
+        "drafters": [v.as_dict() for v in verdicts],
+        "flag": FLAG_NOTE,
+    }
+
+
+def summary(counted: dict[str, Any], version: str) -> list[str]:
+    kinds = ", ".join(f"{kind} {n}" for kind, n in counted["refused_by_kind"].items())
+    return [
+        f"vLLM {version}: {counted['architectures']} speculative-decoding architectures: "
+        f"{counted['served']} served, {counted['refused']} refused, "
+        f"{counted['not judged yet']} not judged yet",
+        f"refused, by kind: {kinds or 'none'}",
+    ]
+
+
+def text(verdicts: Sequence[Verdict], version: str) -> str:
+    """The table for a terminal: one block per architecture."""
+    from draft_head_fp8.verdicts import counts
+
+    lines = summary(counts(verdicts), version)
+    for v in verdicts:
+        verdict = v.status if v.kind in ("served", "not judged") else f"{v.status}: {v.kind}"
+        lines += [
+            "",
+            f"{v.architecture}  {verdict}",
+            f"    class   {v.vllm_class or '-'}",
+            f"    head    {v.head}",
+            f"    reason  {v.reason}",
+        ]
+    lines += ["", FLAG_NOTE]
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    return str(value if value is not None else "-").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(verdicts: Sequence[Verdict], version: str, *, tool: str) -> str:
+    """The table as ``docs/drafters-vllm-<release>.md`` holds it."""
+    from draft_head_fp8.verdicts import counts
+
+    counted = counts(verdicts)
+    lines = [
+        f"# The flag's verdict on vLLM {version}'s drafters",
+        "",
+        f"Generated by `{tool}` from vLLM {version}'s own speculative-decoding registry and the "
+        "source of each architecture's class; `draft-head-fp8 check --drafters` prints the same "
+        "for the installed vLLM. Do not edit: `tests/test_drafter_tables.py` fails when this "
+        'file and a fresh table differ. What each kind means: docs/contract.md, "Drafters no '
+        'family serves".',
+        "",
+        *(f"{line}." for line in summary(counted, version)),
+        "",
+        FLAG_NOTE[0].upper() + FLAG_NOTE[1:] + ".",
+        "",
+        "| architecture | vLLM class | head | verdict | kind | reason |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for v in verdicts:
+        cells = (v.architecture, v.vllm_class, v.head, v.status, v.kind, v.reason)
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    verdicts, version = _verdicts()
+    if getattr(args, "json", False):
+        print(json.dumps(report(verdicts, version), indent=2))
+    else:
+        print(text(verdicts, version))
+    return EXIT_OK

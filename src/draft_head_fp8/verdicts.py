@@ -1,0 +1,355 @@
+"""A verdict for every speculative-decoding architecture of the installed vLLM: served by a
+family, refused with a reason naming what its class does that the plugin does not prove, or not
+judged yet. Pure: no torch, no vLLM import.
+
+Judgments are keyed by what can be known about the class, never by a list of architecture names:
+the facts (``ClassFacts``) are read from vLLM's own source of the class by
+``vllm_plugin/head_facts.py``; the family records say what is served (``Family.drafters``); the
+table ``KINDS`` says, per kind of class, what the plugin does not prove and what would change
+that. A class whose facts fit no kind is "not judged yet", which the flag refuses as well.
+The reasons are a contract (docs/contract.md, "Drafters no family serves").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from draft_head_fp8.families.family import AT_SHARE, Family
+from draft_head_fp8.policy import unexpected_drafter_class
+
+SERVED, REFUSED, NOT_JUDGED = "served", "refused", "not judged yet"
+STATUSES = (SERVED, REFUSED, NOT_JUDGED)
+# has_own_lm_head as vLLM's proposer reads it: absent, the MTP drafters (always handed the
+# target's head); set from the checkpoint, or a constant, the EAGLE-type drafters.
+ABSENT, PER_CHECKPOINT = "absent", "per checkpoint"
+# The heads vLLM's proposer replaces with the target's at the share: ``lm_head``, and each MTP
+# layer's ``shared_head.head`` under ``model.layers`` (the share the plugin proves).
+SHARED_PATHS = ("lm_head", "model.layers[].shared_head.head")
+# vLLM's parallel-drafting EAGLE architectures are named for it (``speculators`` "peagle").
+PARALLEL_DRAFTING = "peagle"
+NEEDS = "needs a family record, a tiny checkpoint and an engine test"
+# An import error that says the platform, not this environment, is what lacks (CUDA-only
+# packages, a model file that refuses the platform): vLLM cannot build the class here at all.
+PLATFORM_ERRORS = ("NotImplementedError", "CUDA", "GPU", "ROCm", "flash_attn", "deep_gemm")
+# The judgments that say what would make the class served: on a platform where vLLM cannot
+# import it, what it lacks here comes first.
+_CANDIDATES = ("reads like a family", "same class", "parallel drafting", "not judged")
+
+
+@dataclass(frozen=True)
+class ClassFacts:
+    """What vLLM's source of the class vLLM builds for an architecture says about its head."""
+
+    architecture: str
+    vllm_class: str | None = None  # module:Class vLLM builds (here, or as its table names it)
+    read: bool = True  # whether the class's source was found and read
+    lineage: tuple[str, ...] = ()  # the class and its vLLM bases, by name
+    import_error: str | None = None  # why vLLM cannot import its model file here
+    raises: str | None = None  # what its __init__ raises before building anything
+    compute_logits: bool = True
+    logits_heads: tuple[str, ...] = ()  # what compute_logits hands logits_processor as the head
+    logits_changes: tuple[str, ...] = ()  # what it does to the logits besides ("masks: ...")
+    top_tokens: str | None = None  # get_top_tokens: None, "head" (through it), or what it calls
+    heads: tuple[str, ...] = ()  # where it builds a ParallelLMHead (model.layers[].x.head)
+    has_own_lm_head: str = ABSENT  # ABSENT, "True", "False" or PER_CHECKPOINT
+    d2t: bool = False  # maps draft token ids to the target's
+
+
+@dataclass(frozen=True)
+class Verdict:
+    architecture: str
+    vllm_class: str | None
+    head: str  # how its head is read, in a few words
+    status: str  # SERVED, REFUSED or NOT_JUDGED
+    kind: str  # the judgment's key in KINDS
+    reason: str
+    family: str | None = None  # the family serving it, or the one whose head it reads alike
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# The judgments, by kind: (status, reason). The reason says what the class does that the plugin
+# does not prove, and what would change the verdict; {fields} come from the facts.
+KINDS: dict[str, tuple[str, str]] = {
+    "served": (SERVED, "served by the {family} family: a private FP8 head, proven at every start"),
+    "class moved": (REFUSED, "{moved}"),
+    "raises here": (
+        REFUSED,
+        "vLLM's class refuses this platform when built ({raises}): nothing can be built or "
+        "proven here; judge it where vLLM builds it",
+    ),
+    "cannot import here": (
+        REFUSED,
+        "vLLM's model file for it does not import on this platform ({error}): nothing can be "
+        "built or proven here; read from its source, it {inner}",
+    ),
+    "no head": (
+        REFUSED,
+        "its class computes no logits (no compute_logits): there is no draft head to serve in FP8",
+    ),
+    "markov term": (
+        REFUSED,
+        "adds a low-rank Markov term ({extra}) to the head's logits: the FP8 head's exact pick "
+        "is not the draft's argmax; serving it needs the exact pick made after that term",
+    ),
+    "several heads": (
+        REFUSED,
+        "drafts through several heads ({extra}): the plugin proves one head per drafter; "
+        "serving it needs every head quantized, rescored and proven",
+    ),
+    "own heads per layer": (
+        REFUSED,
+        "keeps a head of its own in each draft layer ({extra}; has_own_lm_head {own}), which "
+        "vLLM shares with the target's only when equal: the plugin proves one head per drafter; "
+        "serving it needs every layer's head quantized, rescored and proven",
+    ),
+    "logits changed": (
+        REFUSED,
+        "its compute_logits does more than logits_processor(head) ({extra}): the FP8 head's "
+        "exact pick is not what the draft picks; serving it needs that step proven too",
+    ),
+    "own top tokens": (
+        REFUSED,
+        "picks greedy draft tokens without the head's logits (get_top_tokens: {extra}): the FP8 "
+        "head's exact pick is never asked; serving it needs that pick made exact",
+    ),
+    "embedding head": (
+        REFUSED,
+        "takes its logits from an embedding ({extra}), not from a ParallelLMHead: the FP8 head "
+        "method is never asked for them; serving it needs a family whose head is that embedding",
+    ),
+    "block drafting": (
+        REFUSED,
+        "drafts a block of tokens in one pass (DFlash: {extra}), through vLLM's block drafting, "
+        "whose head share no engine test here has watched; its head: {head}; {needs}",
+    ),
+    "parallel drafting": (
+        REFUSED,
+        "drafts every token in one pass (P-EAGLE parallel drafting) with {cls}, "
+        "{alike}; no engine test here runs parallel drafting; {needs}",
+    ),
+    "same class": (
+        REFUSED,
+        "vLLM builds it as {cls}, the class the {family} family serves, under another "
+        "architecture name: not yet served: needs the architecture in the family's drafters, "
+        "a tiny checkpoint of its own target and an engine test",
+    ),
+    "reads like a family": (
+        REFUSED,
+        "reads its head like {family} ({head}), the share the plugin already proves: not yet "
+        "served: {needs}",
+    ),
+    "not judged": (
+        NOT_JUDGED,
+        "not judged yet: {why}; until someone reads vLLM's class and judges it, the flag refuses "
+        "it",
+    ),
+}
+
+
+def _mode(facts: ClassFacts) -> str:
+    """Whose head vLLM's proposer leaves the drafter: always the target's (an MTP drafter, or
+    ``has_own_lm_head`` False), the checkpoint's choice, or its own (unless equal)."""
+    if facts.has_own_lm_head in (ABSENT, "False"):
+        return "target"
+    return "checkpoint" if facts.has_own_lm_head == PER_CHECKPOINT else "own"
+
+
+def _style(facts: ClassFacts) -> str:
+    return "MTP" if facts.has_own_lm_head == ABSENT else "EAGLE"
+
+
+def extra_heads(facts: ClassFacts) -> tuple[str, ...]:
+    """Heads the class builds besides the ones vLLM's share replaces and its logits read."""
+    return tuple(h for h in facts.heads if h not in SHARED_PATHS and h not in facts.logits_heads)
+
+
+def head_reading(facts: ClassFacts) -> str:
+    """How the class's head is read, in a few words (the table's "head" column)."""
+    if not facts.read:
+        return "unread"
+    if facts.raises:
+        return "none: refuses this platform"
+    if not facts.compute_logits:
+        return "none: no compute_logits"
+    reads = ", ".join(facts.logits_heads) or "unread"
+    if any("embed" in h for h in facts.logits_heads):
+        text = f"an embedding: {reads}"
+    else:
+        whose = {
+            "target": "the target's, shared",
+            "checkpoint": "its own if its checkpoint has one, else the target's",
+            "own": "its own",
+        }[_mode(facts)]
+        own = facts.has_own_lm_head
+        text = f"{whose} ({'an MTP share' if own == ABSENT else f'has_own_lm_head {own}'}): "
+        text += reads
+    extras = extra_heads(facts)
+    if extras:
+        text += f"; also {', '.join(extras)}"
+    return text + ("; d2t" if facts.d2t else "")
+
+
+def _prefix(a: str | None, b: str | None) -> tuple[int, int]:
+    """How alike two ``module:Class`` names are: the model file's name below vLLM's model
+    packages, then the class's, by common prefix."""
+
+    def common(x: str, y: str) -> int:
+        n = 0
+        while n < min(len(x), len(y)) and x[n] == y[n]:
+            n += 1
+        return n
+
+    (ma, _, ca), (mb, _, cb) = (a or "").partition(":"), (b or "").partition(":")
+    ma, mb = ma.rpartition("models.")[2], mb.rpartition("models.")[2]
+    return common(ma, mb), common(ca, cb)
+
+
+def family_alike(
+    facts: ClassFacts, served: Mapping[str, tuple[Family, ClassFacts]]
+) -> Family | None:
+    """The served family whose class reads its head as this class does, through the share the
+    plugin proves (``lm_head``, each MTP layer's ``shared_head.head``): None where none does."""
+    reads = set(facts.logits_heads)
+    if not reads or not reads <= set(SHARED_PATHS) or _mode(facts) == "own":
+        return None
+    ranked = []
+    for family, theirs in served.values():
+        if theirs.d2t != facts.d2t or _mode(theirs) == "own" or not theirs.logits_heads:
+            continue
+        if not set(theirs.logits_heads) <= set(SHARED_PATHS):
+            continue
+        if family.head.when != AT_SHARE and not theirs.d2t:
+            continue
+        score = (
+            set(theirs.logits_heads) == reads,
+            _style(theirs) == _style(facts),
+            _mode(theirs) == _mode(facts),
+            set(theirs.heads) == set(facts.heads),
+            _prefix(theirs.vllm_class, facts.vllm_class),
+        )
+        ranked.append((score, family.name, family))
+    if not ranked:
+        return None
+    best = max(ranked, key=lambda item: item[0])[0]
+    return min((name, family) for score, name, family in ranked if score == best)[1]
+
+
+def _kind(facts: ClassFacts, served: Mapping[str, tuple[Family, ClassFacts]]) -> tuple[str, dict]:
+    """The kind of the class, and what its reason names: the first judgment that applies."""
+    if not facts.read:
+        return "not judged", {"why": "vLLM's source of its class could not be read"}
+    if facts.raises:
+        return "raises here", {"raises": facts.raises}
+    if not facts.compute_logits:
+        return "no head", {}
+    extras = extra_heads(facts)
+    markov = [h for h in extras if "markov" in h.lower()]
+    if markov:
+        return "markov term", {"extra": ", ".join(markov)}
+    if extras:
+        return "several heads", {"extra": ", ".join(extras)}
+    per_layer = [h for h in facts.logits_heads if "[]" in h]
+    if _mode(facts) == "own" and per_layer:
+        return "own heads per layer", {
+            "extra": ", ".join(per_layer),
+            "own": facts.has_own_lm_head,
+        }
+    if facts.logits_changes:
+        return "logits changed", {"extra": "; ".join(facts.logits_changes)}
+    if facts.top_tokens not in (None, "head"):
+        return "own top tokens", {"extra": facts.top_tokens}
+    embeddings = [h for h in facts.logits_heads if "embed" in h]
+    if embeddings:
+        return "embedding head", {"extra": ", ".join(embeddings)}
+    alike = family_alike(facts, served)
+    if any("DFlash" in name for name in facts.lineage):
+        flash = next(name for name in facts.lineage if "DFlash" in name)
+        return "block drafting", {"extra": flash}
+    if PARALLEL_DRAFTING in facts.architecture.lower() and alike is not None:
+        return "parallel drafting", {
+            "alike": f"reading its head like {alike.name}",
+            "family": alike.name,
+        }
+    same = [f for f, theirs in served.values() if theirs.vllm_class == facts.vllm_class]
+    if same:
+        return "same class", {"family": same[0].name}
+    if alike is not None:
+        return "reads like a family", {"family": alike.name}
+    return "not judged", {"why": _unjudged(facts)}
+
+
+def _unjudged(facts: ClassFacts) -> str:
+    reads = ", ".join(facts.logits_heads) or "nothing readable"
+    if _mode(facts) == "own":
+        return (
+            f"it keeps a head of its own (has_own_lm_head {facts.has_own_lm_head}; logits from "
+            f"{reads}), which no served family's class reads alike"
+        )
+    return (
+        f"its logits come from {reads}, not where vLLM's proposer hands it the target's head "
+        f"({', '.join(SHARED_PATHS)}), and no served family's class reads its head alike"
+    )
+
+
+def judge(
+    facts: ClassFacts,
+    families: Sequence[Family],
+    served: Mapping[str, tuple[Family, ClassFacts]],
+) -> Verdict:
+    """The verdict on one architecture: ``served`` maps each family's architecture to the family
+    and the facts of the class it wraps (read from the same vLLM)."""
+    claimed = next((f for f in families if facts.architecture in f.drafters), None)
+    fields: dict[str, Any] = {}
+    if claimed is not None:
+        written_for = claimed.drafters[facts.architecture]
+        if facts.vllm_class not in (None, written_for) and facts.import_error is None:
+            kind = "class moved"
+            fields["moved"] = unexpected_drafter_class(
+                facts.architecture, facts.vllm_class, written_for, claimed.name
+            )
+        else:
+            kind = "served"
+        fields["family"] = claimed.name
+    else:
+        kind, fields = _kind(facts, served)
+    status, template = KINDS[kind]
+    alike = fields.get("family")
+    reason = template.format(
+        **{"head": head_reading(facts), "needs": NEEDS, "cls": facts.vllm_class, **fields}
+    )
+    error = facts.import_error
+    if error and kind in _CANDIDATES and any(m in error for m in PLATFORM_ERRORS):
+        kind, status = "cannot import here", REFUSED
+        inner = reason.removeprefix("not judged yet: ")
+        reason = KINDS[kind][1].format(error=error, inner=inner)
+    elif error and kind not in ("served", "raises here"):
+        reason += (
+            f"; vLLM cannot import its model file here ({error}): an engine test of it needs "
+            "an environment where it imports"
+        )
+    return Verdict(
+        architecture=facts.architecture,
+        vllm_class=facts.vllm_class,
+        head=head_reading(facts),
+        status=status,
+        kind=kind,
+        reason=reason,
+        family=alike,
+    )
+
+
+def counts(verdicts: Sequence[Verdict]) -> dict[str, Any]:
+    """How many are served, refused (by kind) and not judged."""
+    by_kind: dict[str, int] = {}
+    for v in verdicts:
+        if v.status == REFUSED:
+            by_kind[v.kind] = by_kind.get(v.kind, 0) + 1
+    return {
+        "architectures": len(verdicts),
+        **{status: sum(v.status == status for v in verdicts) for status in STATUSES},
+        "refused_by_kind": dict(sorted(by_kind.items())),
+    }

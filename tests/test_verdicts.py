@@ -1,0 +1,225 @@
+"""The pure verdicts (draft_head_fp8.verdicts): one judgment per kind of class, from facts alone,
+with the reasons docs/contract.md ("Drafters no family serves") states; an architecture whose
+facts fit no judgment is "not judged yet". The facts here are made by hand, as
+vllm_plugin/head_facts.py reads them from vLLM's source; test_registry_verdicts.py judges the
+installed vLLM's own registry."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from draft_head_fp8.families import all_families, by_name
+from draft_head_fp8.policy import unexpected_drafter_class
+from draft_head_fp8.verdicts import (
+    KINDS,
+    NOT_JUDGED,
+    REFUSED,
+    SERVED,
+    ClassFacts,
+    counts,
+    family_alike,
+    head_reading,
+    judge,
+)
+
+MTP_LAYERS = "model.layers[].shared_head.head"
+# The served families' classes as their facts read (what vLLM's source says of each).
+MTP_SHARED = ClassFacts("X", "vllm.model_executor.models.deepseek_mtp:DeepSeekMTP",
+                        logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,))  # fmt: skip
+MTP_LM_HEAD = ClassFacts("X", "vllm.model_executor.models.qwen3_next_mtp:Qwen3NextMTP",
+                         logits_heads=("lm_head",), heads=("lm_head",))  # fmt: skip
+EAGLE1 = ClassFacts("X", "vllm.model_executor.models.llama_eagle:EagleLlamaForCausalLM",
+                    logits_heads=("lm_head",), heads=("lm_head",),
+                    has_own_lm_head="per checkpoint", top_tokens="head")  # fmt: skip
+EAGLE3 = dataclasses.replace(
+    EAGLE1, vllm_class="vllm.model_executor.models.llama_eagle3:Eagle3LlamaForCausalLM", d2t=True
+)
+OWN_TIED = ClassFacts("X", "vllm.model_executor.models.gemma4_mtp:Gemma4MTP",
+                      logits_heads=("lm_head",), heads=("lm_head",), has_own_lm_head="True",
+                      logits_changes=("masks: logits.index_fill_",),
+                      top_tokens="its own")  # fmt: skip
+BY_CLASS = {
+    "DeepSeekMTP": MTP_SHARED,
+    "Glm4MoeMTP": MTP_SHARED,
+    "Qwen3NextMTP": MTP_LM_HEAD,
+    "Qwen3_5MoeMTP": MTP_LM_HEAD,
+    "MiMoMTP": MTP_LM_HEAD,
+    "EagleLlamaForCausalLM": EAGLE1,
+    "Eagle3LlamaForCausalLM": EAGLE3,
+    "Gemma4MTP": OWN_TIED,
+}
+
+
+def served() -> dict:
+    facts = {}
+    for family in all_families():
+        for architecture, where in family.drafters.items():
+            theirs = BY_CLASS[where.rpartition(":")[2]]
+            facts[architecture] = (
+                family,
+                dataclasses.replace(theirs, architecture=architecture, vllm_class=where),
+            )
+    return facts
+
+
+def verdict(**fields):
+    facts = ClassFacts(**{"architecture": "NewDrafterModel", "vllm_class": "vllm.m:C", **fields})
+    return judge(facts, all_families(), served())
+
+
+# One class per kind, as its facts read, and the start of the reason the kind gives.
+KIND_CASES = {
+    "raises here": dict(raises="NotImplementedError: not on CPU", compute_logits=False),
+    "no head": dict(compute_logits=False),
+    "markov term": dict(logits_heads=("lm_head",), heads=("lm_head", "model.markov_head.w2")),
+    "several heads": dict(logits_heads=("lm_head",), heads=("lm_head", "lm_heads[]")),
+    "own heads per layer": dict(logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,),
+                                has_own_lm_head="True"),
+    "logits changed": dict(logits_heads=("lm_head",), logits_changes=("own GEMM: torch.addmm",)),
+    "own top tokens": dict(logits_heads=("lm_head",), top_tokens="masked.get_top_tokens"),
+    "embedding head": dict(logits_heads=("model.embed_tokens",),
+                           has_own_lm_head="per checkpoint"),
+    "block drafting": dict(logits_heads=("lm_head",), lineage=("DFlashQwen3ForCausalLM",),
+                           has_own_lm_head="per checkpoint", d2t=True),
+    "parallel drafting": dict(architecture="PeagleNewForCausalLM", logits_heads=("lm_head",),
+                              has_own_lm_head="per checkpoint", d2t=True),
+    "same class": dict(vllm_class="vllm.model_executor.models.deepseek_mtp:DeepSeekMTP",
+                       logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,)),
+    "reads like a family": dict(logits_heads=("lm_head", MTP_LAYERS), heads=(MTP_LAYERS,)),
+    "cannot import here": dict(logits_heads=("lm_head",), heads=("lm_head",),
+                               import_error="ImportError: needs the CUDA flash attention"),
+    "not judged": dict(logits_heads=("model.mtp[].head",), heads=("model.mtp[].head",)),
+}  # fmt: skip
+
+
+def test_every_kind_has_a_case():
+    assert set(KIND_CASES) | {"served", "class moved"} == set(KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_CASES))
+def test_each_kind_is_judged_from_the_facts(kind):
+    v = verdict(**KIND_CASES[kind])
+    assert v.kind == kind
+    assert v.status == KINDS[kind][0]
+    fixed = KINDS[kind][1].split("{")[0]
+    assert v.reason.startswith(fixed), v.reason
+    assert "{" not in v.reason and "}" not in v.reason
+
+
+def test_the_reasons_by_kind_exactly():
+    assert verdict(**KIND_CASES["markov term"]).reason == (
+        "adds a low-rank Markov term (model.markov_head.w2) to the head's logits: the FP8 head's "
+        "exact pick is not the draft's argmax; serving it needs the exact pick made after that "
+        "term"
+    )
+    assert verdict(**KIND_CASES["several heads"]).reason == (
+        "drafts through several heads (lm_heads[]): the plugin proves one head per drafter; "
+        "serving it needs every head quantized, rescored and proven"
+    )
+    assert verdict(**KIND_CASES["reads like a family"]).reason == (
+        "reads its head like deepseek-v3-mtp (the target's, shared (an MTP share): lm_head, "
+        "model.layers[].shared_head.head), the share the plugin already proves: not yet served: "
+        "needs a family record, a tiny checkpoint and an engine test"
+    )
+    assert verdict(**KIND_CASES["raises here"]).reason == (
+        "vLLM's class refuses this platform when built (NotImplementedError: not on CPU): nothing "
+        "can be built or proven here; judge it where vLLM builds it"
+    )
+
+
+def test_an_architecture_no_judgment_fits_is_not_judged_yet():
+    v = verdict(**KIND_CASES["not judged"])
+    assert v.status == NOT_JUDGED
+    assert v.reason == (
+        "not judged yet: its logits come from model.mtp[].head, not where vLLM's proposer hands "
+        "it the target's head (lm_head, model.layers[].shared_head.head), and no served family's "
+        "class reads its head alike; until someone reads vLLM's class and judges it, the flag "
+        "refuses it"
+    )
+    unread = judge(ClassFacts("Brand", read=False), all_families(), served())
+    assert unread.status == NOT_JUDGED
+    assert "could not be read" in unread.reason
+
+
+def test_the_family_a_candidate_reads_like_is_the_closest_served_one():
+    facts = ClassFacts("A", "vllm.model_executor.models.glm4_moe_lite_mtp:Glm4MoeLiteMTP",
+                       logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,))  # fmt: skip
+    assert family_alike(facts, served()).name == "glm45-mtp"  # its module's name is nearest
+    eagle3 = ClassFacts("B", "vllm.model_executor.models.qwen3_eagle3:Eagle3Qwen3ForCausalLM",
+                        logits_heads=("lm_head",), heads=("lm_head",),
+                        has_own_lm_head="per checkpoint", d2t=True)  # fmt: skip
+    assert family_alike(eagle3, served()).name == "llama-eagle3"  # d2t: EAGLE-3's
+    eagle1 = dataclasses.replace(eagle3, d2t=False, has_own_lm_head="False")
+    assert family_alike(eagle1, served()).name == "llama-eagle1"  # an EAGLE drafter's
+    # An own head, or logits from elsewhere, reads like no family.
+    assert family_alike(dataclasses.replace(facts, has_own_lm_head="True"), served()) is None
+    assert family_alike(dataclasses.replace(facts, logits_heads=("x.head",)), served()) is None
+
+
+def test_a_served_architecture_is_its_familys():
+    for family, facts in served().values():
+        v = judge(facts, all_families(), served())
+        assert (v.status, v.kind, v.family) == (SERVED, "served", family.name)
+        assert v.reason == (
+            f"served by the {family.name} family: a private FP8 head, proven at every start"
+        )
+
+
+def test_a_served_architecture_whose_class_moved_is_refused_with_the_policys_reason():
+    family = by_name("qwen35-mtp")
+    moved = "vllm.models.qwen3_5.nvidia.mtp:Qwen3_5MoeMTP"
+    v = judge(
+        dataclasses.replace(MTP_LM_HEAD, architecture="Qwen3_5MoeMTP", vllm_class=moved),
+        all_families(),
+        served(),
+    )
+    assert (v.status, v.kind) == (REFUSED, "class moved")
+    assert v.reason == unexpected_drafter_class(
+        "Qwen3_5MoeMTP", moved, family.drafters["Qwen3_5MoeMTP"], family.name
+    )
+
+
+def test_an_environment_that_lacks_a_package_is_a_note_not_the_verdict():
+    v = verdict(**KIND_CASES["reads like a family"],
+                import_error="ModuleNotFoundError: No module named 'torchvision'")  # fmt: skip
+    assert v.kind == "reads like a family"
+    assert v.reason.endswith(
+        "; vLLM cannot import its model file here (ModuleNotFoundError: No module named "
+        "'torchvision'): an engine test of it needs an environment where it imports"
+    )
+
+
+def test_head_reading_says_whose_head_and_where():
+    assert head_reading(MTP_SHARED) == f"the target's, shared (an MTP share): {MTP_LAYERS}"
+    assert head_reading(EAGLE3) == (
+        "its own if its checkpoint has one, else the target's (has_own_lm_head per checkpoint): "
+        "lm_head; d2t"
+    )
+    assert head_reading(ClassFacts("X", compute_logits=False)) == "none: no compute_logits"
+
+
+def test_counts():
+    verdicts = [verdict(**KIND_CASES[k]) for k in ("no head", "no head", "not judged")]
+    verdicts.append(judge(served()["MiMoMTPModel"][1], all_families(), served()))
+    assert counts(verdicts) == {
+        "architectures": 4,
+        "served": 1,
+        "refused": 2,
+        "not judged yet": 1,
+        "refused_by_kind": {"no head": 2},
+    }
+
+
+def test_every_reason_is_written_in_the_contract():
+    import re
+    from pathlib import Path
+
+    contract = Path(__file__).resolve().parents[1] / "docs" / "contract.md"
+    section = contract.read_text(encoding="utf-8").split("## Drafters no family serves")[1]
+    section = " ".join(section.split("\n## ")[0].split())
+    for kind, (status, template) in KINDS.items():
+        assert f"| `{kind}` | {status} |" in section, kind
+        for literal in re.split(r"\{[^}]*\}", template):
+            assert literal.strip() in section, (kind, literal)
