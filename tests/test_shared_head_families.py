@@ -24,6 +24,7 @@ from engine_support import (
     V034,
     V1,
     W8A16,
+    engines_for,
     family_env,
     serve,
     stored_shape,
@@ -89,7 +90,7 @@ class Runs:
 # Qwen3.5 and EAGLE-1 (one reference) and GLM-4.5 (two) take the same per-rank path, each proved
 # at TP 1; a TP 2 run of each proved nothing more and cost 35-55 s (how TP 2 splits a target's
 # attention is not the head's business).
-FAMILY_RUNS = [(f.name, engine) for f in SHARED for engine in FAMILY_ENGINES]
+FAMILY_RUNS = [(f.name, engine) for f in SHARED for engine in engines_for(f.name)]
 TP2_RUNS = [("deepseek-v3-mtp", V034.name)]
 
 
