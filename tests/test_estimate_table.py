@@ -1,7 +1,7 @@
 """``bench/estimate_table.py``: ``check --estimate`` on header-only checkpoints in the published
 shapes of real targets. Each drafter is recognised as its family, the head's bytes are the
 rows x hidden the model publishes (an EAGLE-3 draft's own head: its draft vocabulary, counted
-once), the MTP layers count as the draft and not the target, and the tables in the README,
+once), the MTP layers count as the draft and not the target, and the tables in the user guide,
 docs/benchmarks.md and bench/results are what the script computes now, so they cannot go
 stale. No engine; the checkpoints are headers only (~34 MB, written once for the module)."""
 
@@ -190,9 +190,9 @@ def test_an_mtp_target_without_a_family_record_says_so_rather_than_guess(table, 
 def test_the_published_tables_are_what_the_script_computes_now(table):
     _, result = table
     stale = "stale: run `python -m bench.estimate_table` and paste its tables"
-    readme = (ROOT / "README.md").read_text()
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
     for line in estimate_table.compact_table(result).splitlines():
-        assert line in readme, f"README.md {stale}: {line}"
+        assert line in guide, f"docs/user-guide.md {stale}: {line}"
     benchmarks = (ROOT / "docs" / "benchmarks.md").read_text()
     for line in estimate_table.full_table(result).splitlines():
         assert line in benchmarks, f"docs/benchmarks.md {stale}: {line}"

@@ -18,8 +18,12 @@ from draft_head_fp8.tiny import build_tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+# The README is the landing page; the user guide holds the depth and the rest of the commands.
+GUIDE = (ROOT / "docs" / "user-guide.md").read_text()
 COMMANDS = re.findall(
-    r"^\$ (.+)$", "\n".join(re.findall(r"```console\n(.*?)```", README, re.S)), re.M
+    r"^\$ (.+)$",
+    "\n".join(re.findall(r"```console\n(.*?)```", README + GUIDE, re.S)),
+    re.M,
 )
 
 
@@ -36,6 +40,7 @@ def test_every_readme_command_is_covered_below():
         "draft-head-fp8 archive ",
         "draft-head-fp8 tiny-models ",
         "draft-head-fp8 check pair",
+        "draft-head-fp8 check --drafters",
         "draft-head-fp8 check refused",
         "draft-head-fp8 compare --target <target>",
         "draft-head-fp8 compare --target pair",
@@ -98,6 +103,14 @@ def test_walkthrough_runs_as_written(tmp_path):
             assert proc.stderr.strip().splitlines()[-1] == (
                 "refused: ordered embeddings bypass LogitsProcessor.quant_method.apply"
             )
+
+
+def test_check_drafters_lists_every_architecture_of_the_installed_vllm(tmp_path):
+    (command,) = commands("draft-head-fp8 check --drafters")
+    proc = shell(command, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "speculative-decoding architectures" in proc.stdout and "served" in proc.stdout
+    assert "Gemma4MTPModel" in proc.stdout
 
 
 def test_check_with_placeholders(tmp_path):

@@ -251,6 +251,8 @@ def compare(
         "target_embed_unchanged": unchanged("target_embed_sha256"),
         "target_head_unchanged": unchanged("target_head_sha256"),
         "flag_off_wrote_nothing": off_wrote_nothing,
+        # The certified pick's draft rows by stage over this run (rank 0; None: not certified).
+        "certificate": (on["after_generate"].get("certificate") or {}).get("counts"),
         **evidence,
     }
 

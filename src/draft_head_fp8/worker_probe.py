@@ -171,28 +171,61 @@ def bf16_head_rows(family: Any, target_dir: str, assistant_dir: str) -> Any:
         return f.get_tensor(name).to(torch.bfloat16)
 
 
-def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> bool:
-    """Next to every draft logits call, compute the BF16 head's logits from the checkpoint's own
-    tensor on the hidden states that reach the head, as vLLM's BF16 head and logits processor do
-    (float32 sums rounded to BF16, the soft cap and scale in BF16), and count how often the two
-    draft tokens agree."""
+def bf16_reference(bf16_head: Any, processor: Any) -> Any:
+    """``(hidden_states, dtype) -> logits``: the BF16 head's logits from the checkpoint's own
+    tensor, as vLLM's BF16 head and logits processor make them (float32 sums rounded to
+    ``dtype``, the soft cap and scale in it)."""
     import torch
 
-    drafter = _drafter(worker)
-    bf16_head = bf16_head_rows(family_of(drafter), target_dir, assistant_dir)
-    processor = drafter.logits_processor if hasattr(drafter, "logits_processor") else None
-    processor = processor or drafter.model.logits_processor
     soft_cap = getattr(processor, "soft_cap", None)
     scale = getattr(processor, "scale", 1.0)
     rows = max(1, (64 << 20) // (4 * bf16_head.shape[1]))  # 64 MiB of float32 rows at a time
 
-    def bf16_logits(hidden: Any) -> Any:
+    def logits(hidden: Any, dtype: Any) -> Any:
         h = hidden.float().cpu()
-        return torch.cat(
+        reference = torch.cat(
             [h @ bf16_head[i : i + rows].float().t() for i in range(0, len(bf16_head), rows)], -1
-        )
+        ).to(dtype)
+        if soft_cap is not None:
+            reference = torch.tanh(reference / soft_cap) * soft_cap
+        if scale != 1.0:
+            reference = reference * scale
+        return reference
 
-    stats = {"steps": 0, "agree": 0}
+    return logits
+
+
+def watch_top_tokens(processor: Any, reference: Any, stats: dict) -> None:
+    """vLLM's greedy picks made without logits (its local argmax reduction, ``get_top_tokens``:
+    each rank's argmax, then the best of the ranks), each checked against the BF16 head's and
+    counted among the steps, and apart as ``top_tokens``."""
+    served = getattr(type(processor), "get_top_tokens", None)
+    if served is None:
+        return
+
+    def top_tokens(lm_head: Any, hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
+        tokens = served(processor, lm_head, hidden_states, *args, **kwargs)
+        dtype = getattr(processor, "head_dtype", None) or hidden_states.dtype
+        same = tokens.cpu() == reference(hidden_states, dtype).argmax(-1)
+        stats["steps"] += int(same.numel())
+        stats["agree"] += int(same.sum())
+        stats["top_tokens"] += int(same.numel())
+        return tokens
+
+    processor.get_top_tokens = top_tokens  # an instance attribute: this process's probe only
+
+
+def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> bool:
+    """Next to every draft logits call, compute the BF16 head's logits from the checkpoint's own
+    tensor on the hidden states that reach the head (``bf16_reference``), and count how often the
+    two draft tokens agree; the same for every pick vLLM makes without logits
+    (``watch_top_tokens``)."""
+    drafter = _drafter(worker)
+    bf16_head = bf16_head_rows(family_of(drafter), target_dir, assistant_dir)
+    processor = drafter.logits_processor if hasattr(drafter, "logits_processor") else None
+    processor = processor or drafter.model.logits_processor
+    reference = bf16_reference(bf16_head, processor)
+    stats = {"steps": 0, "agree": 0, "top_tokens": 0}
 
     # At the logits processor, not compute_logits: some drafters transform the hidden states on
     # the way to the head (DeepSeek's MTP layer applies its shared_head norm first).
@@ -200,17 +233,14 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
         hidden_states = args[1] if len(args) > 1 else kwargs["hidden_states"]
         if logits is None:
             return
-        reference = bf16_logits(hidden_states).to(logits.dtype)
-        if soft_cap is not None:
-            reference = torch.tanh(reference / soft_cap) * soft_cap
-        if scale != 1.0:
-            reference = reference * scale
+        expected = reference(hidden_states, logits.dtype)
         served_logits = logits.cpu()
-        vocab = min(reference.shape[-1], served_logits.shape[-1])
-        same = served_logits[..., :vocab].argmax(-1) == reference[..., :vocab].argmax(-1)
+        vocab = min(expected.shape[-1], served_logits.shape[-1])
+        same = served_logits[..., :vocab].argmax(-1) == expected[..., :vocab].argmax(-1)
         stats["steps"] += int(same.numel())
         stats["agree"] += int(same.sum())
 
+    watch_top_tokens(processor, reference, stats)
     # One watch at a time: after a weight update the reference is the updated head's.
     previous = getattr(drafter, "_draft_agreement_hook", None)
     if previous is not None:

@@ -98,6 +98,14 @@ def _head_rows(facts: dict) -> list[tuple[str, str, str]]:
     if facts["draft_tokens_identical"] is not None:
         share = f"{agreement['agree']}/{agreement['steps']} ({facts['draft_tokens_identical']:.1%})"
         rows.append(("FP8 draft token == BF16 draft token", "-", share))
+    counts = facts.get("certificate")
+    if counts:
+        said = (
+            f"{counts['stage_a']} by the top-k, {counts['stage_b']} by the wider rescoring, "
+            f"{counts['stage_c']} from the BF16 rows"
+            + (f", {counts['uncertified']} uncertified" if counts["uncertified"] else "")
+        )
+        rows.append(("draft rows certified", "-", said))
     return rows
 
 

@@ -23,8 +23,8 @@ def bound_kernel(method: Any) -> str:
 
 
 def make_bound(method: Any, source: torch.Tensor, quantized: Any) -> None:
-    """The bound of ``method``'s head made from its BF16 rows and their FP8 copy, and its
-    counts set to zero; nothing where the certificate is off."""
+    """The bound of ``method``'s head made from its BF16 rows and their FP8 copy (its counts
+    made once, at load, and kept for the boot); nothing where the certificate is off."""
     if not method.certify:
         method.bound = None
         return
@@ -32,9 +32,10 @@ def make_bound(method: Any, source: torch.Tensor, quantized: Any) -> None:
     kernel = bound_kernel(method)
     errors = certificate.row_error_norms(source, quantized, kernel=kernel)
     method.bound = certificate.logit_bound(errors, hidden=int(source.shape[1]), kernel=kernel)
-    method.pick_counts = torch.zeros(
-        len(certificate.COUNT_NAMES), dtype=torch.int64, device=source.device
-    )
+    if getattr(method, "pick_counts", None) is None:  # kept across weight updates: per boot
+        method.pick_counts = torch.zeros(
+            len(certificate.COUNT_NAMES), dtype=torch.int64, device=source.device
+        )
     method.bound_facts = {
         "kernel": kernel,
         "top_k": method.rescore_k,

@@ -45,7 +45,7 @@ from draft_head_fp8.fp8 import QuantizedHead, head_amax, quantize_per_tensor, te
 from draft_head_fp8.layouts import LAYOUT_PLAIN
 from draft_head_fp8.rescore import rescore_top_k
 from draft_head_fp8.settings import BF16_FROM_NEVER
-from draft_head_fp8.vllm_plugin import batch_paths, certified_pick
+from draft_head_fp8.vllm_plugin import batch_paths, certified_pick, remake
 from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
@@ -106,6 +106,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         self.real_rows: int | None = None  # rows of this shard that are tokens, not padding
         self.rescore_k = 0
         self.rescore_rows: torch.Tensor | None = None  # the BF16 rows, while rescore_k > 0
+        self.source_rows: torch.Tensor | None = None  # the BF16 rows the FP8 copy was made from
         self.suppress_tokens: list[int] = []  # local rows the drafter masks to -inf
         self.suppressed: torch.Tensor | None = None
         self.stored_scale: torch.Tensor | None = None  # ours: a kernel may rewrite its own copy
@@ -190,52 +191,12 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         self.bf16_layer = target_head
         self._quantize(layer, target_head.weight, bf16_layer=target_head)
 
-    @torch.no_grad()
     def remake(
         self, layer: torch.nn.Module, source: torch.Tensor, checkpoint_source: Any = None
     ) -> None:
-        """After a weight update: the FP8 copy made again from ``source`` as it now is (the same
-        per-rank path as at start-up: hash, the whole head's scale, quantize, vLLM's packing),
-        written into the FP8 weight and scale already installed (CUDA graphs captured on them
-        keep reading valid bytes), the exact pick reading ``source``. ``checkpoint_source``: the
-        checkpoint the update named, else None (weights that came with the update). Raises
-        ``HeadFp8EligibilityError`` (or ``NonFiniteHeadError``) and installs nothing when the
-        new bytes cannot be served in FP8; the caller then serves the BF16 rows."""
-        self.checkpoint_source = checkpoint_source
-        started = time.perf_counter()
-        real = self.real_rows if self.real_rows is not None else int(source.shape[0])
-        made = self._hash_and_quantize(layer, source, real)
-        self._check_checkpoint(made)
-        certified_pick.make_bound(self, source, made.quantized)  # before vLLM packs the bytes
-        scratch = torch.nn.Module()
-        scratch.weight = Parameter(made.quantized.weight.t(), requires_grad=False)
-        scratch.weight_scale = Parameter(made.quantized.scale.clone(), requires_grad=False)
-        scratch.input_scale = None
-        self.fp8_linear.process_weights_after_loading(scratch)  # vLLM's packing, as at load
-        for name in ("weight", "weight_scale"):
-            mine, new = getattr(layer, name), getattr(scratch, name)
-            if mine.shape != new.shape or mine.dtype != new.dtype:
-                raise HeadFp8EligibilityError(
-                    f"the re-made FP8 head's {name} is {new.dtype} {list(new.shape)}, not the "
-                    f"{mine.dtype} {list(mine.shape)} the engine serves"
-                )
-            mine.copy_(new)
-        self.stored_scale = made.quantized.scale
-        self.rescore_rows = source if self.rescore_k else None
-        # Our own BF16 rows are prepared by vLLM's GEMM once (oneDNN keeps a reordered copy):
-        # prepared again from the rows as they now are. The target's own head is vLLM's to redo.
-        paths = self._choose_paths(layer, source, self.bf16_layer)
-        self.fallback_reason = None
-        self.diagnostics = head_record(
-            source=source, rows_hashed=real, source_sha256=made.source_sha256,
-            checkpoint=made.checkpoint, quantized=made.quantized,
-            kernel=type(self.fp8_linear).__name__,
-            vllm_default_kernel=self.kernel.vllm_default if self.kernel else None,
-            seconds={"hash_source": made.hashed - started,
-                     "quantize": made.quantized_at - made.hashed,
-                     "total_with_checkpoint_hash": time.perf_counter() - started},
-            weight_layout=self.weight_layout, amax_local=made.amax_local, batch_paths=paths,
-        )  # fmt: skip
+        """After a weight update: the FP8 copy made again from ``source`` as it now is, in place
+        (``remake.remake``)."""
+        remake.remake(self, layer, source, checkpoint_source)
 
     def serve_bf16_rows(self, layer: torch.nn.Module, source: torch.Tensor, reason: str) -> None:
         """Every draft-head call from now on served by the head's own BF16 rows (``source``),
@@ -330,6 +291,8 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         layer.weight_scale = Parameter(quantized.scale.clone(), requires_grad=False)
         layer.input_scale = None
         self.fp8_linear.process_weights_after_loading(layer)
+        # The BF16 tensor the copy was made from, whatever k: a later proof re-makes from it.
+        self.source_rows = source
         if self.rescore_k:
             # The tensor just hashed against the checkpoint: the exact pick reads these rows.
             self.rescore_rows = source
@@ -353,6 +316,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             self.bf16_from, self.bf16 = None, None
             return {"setting": BF16_FROM_NEVER, "device": source.device.type, "measured": None,
                     "bf16_from": None, "why": "plain FP8 logits keep no BF16 rows"}  # fmt: skip
+        counted = None if self.pick_counts is None else self.pick_counts.clone()
         self.bf16_from, self.bf16, record = batch_paths.choose(
             self.bf16_setting,
             device=source.device,
@@ -361,8 +325,8 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             hidden=int(source.shape[1]),
             dtype=source.dtype,
         )
-        if self.pick_counts is not None:
-            self.pick_counts.zero_()  # the load-time measurement's calls are no draft rows
+        if counted is not None:
+            self.pick_counts.copy_(counted)  # the measurement's calls are no draft rows
         return record
 
     def apply(

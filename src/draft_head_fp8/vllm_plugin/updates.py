@@ -91,7 +91,7 @@ class Watch:
         modules = self.modules()
         if self.plan.head.when == AT_SHARE:
             return modules.target_head.weight
-        return modules.head.quant_method.rescore_rows
+        return modules.head.quant_method.source_rows
 
     def checkpoint(self, folder: Any, head: Any) -> Any:
         """The checkpoint tensor the rows must match, in ``folder`` (None: no file vouches)."""
