@@ -26,7 +26,11 @@ from draft_head_fp8 import harness
 
 SERVER = Path(__file__).with_name("probe_server.py")
 PER_RUN_PREFIXES = ("DRAFT_HEAD_FP8_",)
-PER_RUN = {"TMPDIR", "HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR"}
+# PYTEST_CURRENT_TEST: pytest names the running test in the environment it hands down.
+PER_RUN = {
+    "TMPDIR", "HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR",
+    "PYTEST_CURRENT_TEST",
+}  # fmt: skip
 MAX_SERVERS = 3  # idle servers each hold a few hundred MB: the least recently used goes first
 
 

@@ -58,6 +58,21 @@ def test_a_shared_process_serves_as_a_fresh_one_and_forgets_each_runs_settings(s
         assert (run.stdout + run.stderr).count("post-share receipt passed") == 1, name
     assert _batch_setting(runs["shared"][0]) == "never"
     assert _batch_setting(runs["again"][0]) == "auto"  # the earlier run's setting is gone
+    # ... and "again" ran in the process "shared" left (import paid once), in this test too.
+    assert runs["again"][1].seconds < runs["shared"][1].seconds
+
+
+def test_runs_of_one_kind_share_a_process_across_tests(shipped, tmp_path):
+    """What pytest puts in each test's environment (the running test's name) is no part of a
+    process's kind: a run of another test is served by the same process."""
+    servers = []
+    for test in ("test_one (setup)", "test_two (call)"):
+        tmp = tmp_path / test.split()[0]
+        tmp.mkdir()
+        env = {**_env(tmp), "PYTEST_CURRENT_TEST": test}
+        assert run_engine(tmp, shipped, env, *SERVE_ARGS).ok
+        servers.append(engine_pool.server_for(env))
+    assert servers[0] is servers[1] is not None
 
 
 def test_a_failed_run_ends_its_process_and_the_next_run_gets_a_new_one(shipped, tmp_path):
