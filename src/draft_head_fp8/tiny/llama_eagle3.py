@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from draft_head_fp8.tiny.common import (
     SMALL_TEXT,
@@ -108,9 +110,15 @@ def draft_tensors(seed: int, draft_vocab: int | None, *, own_head: bool) -> dict
         f"{layer}mlp.gate_proj.weight": rand.normal(INTERMEDIATE, HIDDEN),
         f"{layer}mlp.up_proj.weight": rand.normal(INTERMEDIATE, HIDDEN),
         f"{layer}mlp.down_proj.weight": rand.normal(HIDDEN, INTERMEDIATE),
-        "fc.weight": rand.normal(HIDDEN, 3 * HIDDEN),
-        "norm.weight": rand.ones(HIDDEN),
     }
+    return tensors | eagle3_glue(rand, seed, draft_vocab, own_head=own_head)
+
+
+def eagle3_glue(rand: Randoms, seed: int, draft_vocab: int | None, *, own_head: bool) -> dict:
+    """What every EAGLE-3 draft holds beside its decoder layer: ``fc`` (three hidden states of
+    the target, joined), ``norm``, and by variant its own ``lm_head`` (``draft_vocab`` rows, else
+    the target's vocabulary) with ``d2t``/``t2d`` where its vocabulary is a subset."""
+    tensors = {"fc.weight": rand.normal(HIDDEN, 3 * HIDDEN), "norm.weight": rand.ones(HIDDEN)}
     if own_head:
         rows = draft_vocab or VOCAB
         # Wider than the layers' 0.02: random logits far enough apart to pick one token each.
@@ -118,6 +126,26 @@ def draft_tensors(seed: int, draft_vocab: int | None, *, own_head: bool) -> dict
     if draft_vocab is not None and draft_vocab != VOCAB:
         tensors.update(vocabulary_tensors(draft_vocabulary(seed, draft_vocab)))
     return tensors
+
+
+def decoder_layer(model, rand: Randoms, widened: tuple[str, ...]) -> dict:
+    """Layer 0 of a one-layer transformers model (``model``: the target's architecture) as an
+    EAGLE-3 ``midlayer``: its tensors renamed, the attention's input projections named in
+    ``widened`` made to read ``2 x hidden`` (seeded, bf16: the embedding beside the fused hidden
+    state), and ``hidden_norm`` added."""
+    import torch
+
+    prefix = "model.layers.0."
+    layer = {
+        "midlayer." + k.removeprefix(prefix): v.detach().to(torch.bfloat16).contiguous()
+        for k, v in model.state_dict().items()
+        if k.startswith(prefix)
+    }
+    for name in widened:
+        key = f"midlayer.self_attn.{name}.weight"
+        layer[key] = rand.normal(layer[key].shape[0], 2 * HIDDEN)
+    layer["midlayer.hidden_norm.weight"] = rand.ones(HIDDEN)
+    return layer
 
 
 def vocabulary_tensors(ids) -> dict:
@@ -131,17 +159,53 @@ def vocabulary_tensors(ids) -> dict:
 
 
 def write_draft(folder: Path, tokenizer_dir: Path, *, seed: int, draft_vocab: int | None,
-                own_head: bool, tensors: dict | None = None) -> None:  # fmt: skip
+                own_head: bool, tensors: dict | None = None,
+                config: dict | None = None) -> None:  # fmt: skip
     """The draft folder: ``tensors`` (default: ``draft_tensors``' random ones; the trained pair
-    passes its own, named as these), ``draft_config(draft_vocab)`` and the tokenizer."""
+    passes its own, named as these), ``config`` (default ``draft_config(draft_vocab)``) and the
+    tokenizer."""
     from safetensors.torch import save_file
 
     if tensors is None:
         tensors = draft_tensors(seed, draft_vocab, own_head=own_head)
     save_file(tensors, folder / WEIGHTS, metadata={"format": "pt"})
-    config = draft_config(draft_vocab)
+    config = draft_config(draft_vocab) if config is None else config
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     copy_tokenizer(tokenizer_dir, folder)
+
+
+def draft_vocab_of(*, shared_head: bool, full_vocab_own_head: bool) -> int | None:
+    """The draft vocabulary of a variant: none of its own (the target's head is shared), the
+    target's whole vocabulary (refused), else half of it."""
+    if shared_head and full_vocab_own_head:
+        raise ValueError("shared_head and full_vocab_own_head are two different drafts")
+    if shared_head:
+        return None
+    return VOCAB if full_vocab_own_head else DRAFT_VOCAB
+
+
+def build_pair(out: str | os.PathLike, *, seed: int, target: Callable[[], Any],
+               draft: Callable[[int | None], tuple[dict, dict]], shared_head: bool,
+               full_vocab_own_head: bool) -> TinyPair:  # fmt: skip
+    """``out/target`` (the transformers model ``target()`` makes, seeded) and ``out/assistant``
+    (``draft(draft_vocab)``: its tensors and its config.json), sharing a tokenizer trained here.
+    Refuses folders with files."""
+    import torch
+
+    draft_vocab = draft_vocab_of(shared_head=shared_head, full_vocab_own_head=full_vocab_own_head)
+    out = Path(out)
+    pair = TinyPair(target=out / "target", assistant=out / "assistant")
+    for folder in (pair.target, pair.assistant):
+        empty_folder(folder)
+    torch.manual_seed(seed)
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
+        tok_dir = Path(scratch) / "tokenizer"
+        train_tokenizer(tok_dir, VOCAB)
+        save_model(target(), tok_dir, pair.target)
+        tensors, config = draft(draft_vocab)
+        write_draft(pair.assistant, pair.target, seed=seed, draft_vocab=draft_vocab,
+                    own_head=not shared_head, tensors=tensors, config=config)  # fmt: skip
+    return pair
 
 
 def build(
@@ -153,26 +217,12 @@ def build(
 ) -> TinyPair:
     """Write ``out/target`` and ``out/assistant`` (the EAGLE-3 draft). By default the draft has
     its own head over half the target's vocabulary. Refuses folders with files."""
-    import torch
     from transformers import LlamaForCausalLM
 
-    if shared_head and full_vocab_own_head:
-        raise ValueError("shared_head and full_vocab_own_head are two different drafts")
-    out = Path(out)
-    pair = TinyPair(target=out / "target", assistant=out / "assistant")
-    for folder in (pair.target, pair.assistant):
-        empty_folder(folder)
-    torch.manual_seed(seed)
-    with tempfile.TemporaryDirectory(dir=out) as scratch:
-        tok_dir = Path(scratch) / "tokenizer"
-        train_tokenizer(tok_dir, VOCAB)
-        save_model(LlamaForCausalLM(target_config()), tok_dir, pair.target)
-        if shared_head:
-            draft_vocab = None
-        elif full_vocab_own_head:
-            draft_vocab = VOCAB
-        else:
-            draft_vocab = DRAFT_VOCAB
-        write_draft(pair.assistant, pair.target, seed=seed, draft_vocab=draft_vocab,
-                    own_head=not shared_head)  # fmt: skip
-    return pair
+    def draft(draft_vocab: int | None) -> tuple[dict, dict]:
+        tensors = draft_tensors(seed, draft_vocab, own_head=not shared_head)
+        return tensors, draft_config(draft_vocab)
+
+    return build_pair(out, seed=seed, target=lambda: LlamaForCausalLM(target_config()),
+                      draft=draft, shared_head=shared_head,
+                      full_vocab_own_head=full_vocab_own_head)  # fmt: skip

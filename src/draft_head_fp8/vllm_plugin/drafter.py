@@ -110,6 +110,10 @@ class DraftHeadFp8Drafter:
     def _prepare(self, vllm_config: VllmConfig) -> None:
         family = self.family
         one_head_quantization(vllm_config.speculative_config)
+        draft_config = vllm_config.speculative_config.draft_model_config
+        moved = built_as_another_class(family, getattr(draft_config, "architectures", None) or ())
+        if moved:
+            raise HeadFp8EligibilityError(moved)
         if family.refusal is not None:
             reason = family.refusal(self.config)
             if reason:
@@ -245,6 +249,18 @@ def class_refusal(family: Family, architecture: str, built: type) -> str | None:
     if found == written_for:
         return None
     return unexpected_drafter_class(architecture, found, written_for, family.name)
+
+
+def built_as_another_class(family: Family, architectures: Any) -> str | None:
+    """Why the architecture vLLM is building refuses, where two of a family's architectures name
+    one class (DeepSeek-V3's and V3.2's MTP): the class made for that name wraps what vLLM builds
+    for the first of them, so the one being built is checked too (vLLM builds another class for
+    V3.2 on CUDA); None where vLLM builds the class the family was written for."""
+    for architecture in architectures:
+        if architecture in family.drafters:
+            built = vllm_classes.vllm_class(architecture)
+            return class_refusal(family, architecture, built)
+    return None
 
 
 def __getattr__(name: str) -> type:

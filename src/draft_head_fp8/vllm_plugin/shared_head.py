@@ -64,7 +64,7 @@ def make_private_head(
             layer=shared,
             quant_config=fp8_head_quant_config(),
             role="draft",
-            prefix=shared.prefix,
+            prefix=draft_prefix(shared),
             enabled=env_enabled(),
             ordered_embeddings=False,
             tie_word_embeddings=tied,
@@ -111,6 +111,15 @@ def make_private_head(
     return head
 
 
+def draft_prefix(shared: Any) -> str:
+    """The private head's name: the target head's own prefix where it names an LM head, else
+    ``lm_head``, the drafter's attribute vLLM's share assigns (some targets build their head with
+    no prefix at all, e.g. vLLM 0.34's EXAONE MoE). The private head is the draft's head: it is
+    named where the draft holds it."""
+    prefix = str(getattr(shared, "prefix", "") or "")
+    return prefix if prefix.rsplit(".", 1)[-1] == "lm_head" else "lm_head"
+
+
 def _like(shared: Any) -> ParallelLMHead:
     """A ``ParallelLMHead`` laid out exactly as ``shared`` (vocabulary, padding, this rank's
     shard), built by vLLM's own constructor with its weight on the meta device: nothing is
@@ -123,7 +132,7 @@ def _like(shared: Any) -> ParallelLMHead:
             params_dtype=shared.weight.dtype,
             org_num_embeddings=shared.org_vocab_size,
             padding_size=shared.padding_size,
-            prefix=shared.prefix,
+            prefix=draft_prefix(shared),
             disable_tp=getattr(shared, "disable_tp", False),
         )
     if head.shard_indices != shared.shard_indices or head.tp_rank != shared.tp_rank:
