@@ -13,7 +13,10 @@ Rows (each timed on the same weights and activations, interleaved within one run
 - ``fp8_w8a16`` (CPU, vLLM's op): ``fp8_scaled_mm_cpu`` on a ``convert_weight_packed`` weight,
   activations BF16, what the plugin serves on a CPU;
 - ``+pick``: the same plus ``rescore_top_k`` (the FP8 top-k rescored from the BF16 rows), and
-  ``pick`` alone: what exact draft tokens cost on top of the FP8 scan.
+  ``pick`` alone: what exact draft tokens cost on top of the FP8 scan;
+- ``+certified`` (CUDA): the same scan plus ``certified_pick`` (k = 8, wide_k = 64) as the
+  plugin runs it where a graph is captured: no host sync, stage b always (docs/certificate.md);
+  its graph row proves it captures. ``certified stages`` in the JSON: the rows each stage decided.
 
 Needs torch; the package for the quantizer and the pick (``PYTHONPATH=src`` where it is not
 installed); vLLM only for the CPU rows that are vLLM's. CUDA: CUDA events, median of ``--reps``
@@ -36,6 +39,13 @@ import torch.nn.functional as F
 
 from bench.heads import quantize_activation, scaled_mm
 from bench.measure import write_json
+from draft_head_fp8.certificate import (
+    KERNEL_SCALED_MM,
+    certified_pick,
+    count_record,
+    logit_bound,
+    row_error_norms,
+)
 from draft_head_fp8.fp8 import quantize_per_tensor
 from draft_head_fp8.rescore import rescore_top_k
 
@@ -139,11 +149,21 @@ def bench_shape(hidden: int, vocab: int, args, device: torch.device, bandwidth: 
     weights = [random_bf16(vocab, hidden, device, args.seed + i) for i in range(copies)]
     fp8 = [quantize_per_tensor(w) for w in weights]
     extra = {} if cuda else vllm_cpu_heads(weights[0], fp8[0])
+    bounds = None
+    if cuda:  # the certificate's per-row bound, made once per head as the plugin does at load
+        bounds = [
+            logit_bound(
+                row_error_norms(w, q, kernel=KERNEL_SCALED_MM),
+                hidden=hidden,
+                kernel=KERNEL_SCALED_MM,
+            )
+            for w, q in zip(weights, fp8)
+        ]
     rows = []
     for batch in args.batches:
         gen = torch.Generator(device=device).manual_seed(args.seed + 1000 + batch)
         xs = [torch.randn(batch, hidden, generator=gen, device=device).bfloat16() for _ in fp8]
-        heads = head_calls(xs, weights, fp8, extra, k=args.k, cuda=cuda)
+        heads = head_calls(xs, weights, fp8, extra, k=args.k, cuda=cuda, bounds=bounds)
 
         row = {"hidden": hidden, "vocab": vocab, "batch": batch, "k": args.k, "copies": copies}
         row["bytes_bf16"] = vocab * hidden * 2 + batch * (hidden + vocab) * 2
@@ -154,6 +174,8 @@ def bench_shape(hidden: int, vocab: int, args, device: torch.device, bandwidth: 
         reference = F.linear(xs[0], weights[0]).float()
         times, errors = {}, {}
         for name, head in heads.items():
+            if name == "certified counts":
+                continue
             if name == "fp8_scaled_mm" and not cuda:
                 times[name], errors[name] = _cpu_scaled_mm(xs[0], fp8[0], reference, args)
                 continue
@@ -169,6 +191,11 @@ def bench_shape(hidden: int, vocab: int, args, device: torch.device, bandwidth: 
             if name != "pick":
                 got = head(0).float()
                 errors[name] = float((got - reference).norm() / reference.norm())
+            if name.endswith("+certified"):
+                row["certified stages"] = count_record(heads["certified counts"](0))
+                row["certified argmax equals bf16"] = bool(
+                    torch.equal(head(0).argmax(-1), reference.argmax(-1))
+                )
         row["seconds"] = times
         row["relative_error_vs_bf16"] = errors
         base = times.get("bf16_vllm", times["bf16"])
@@ -179,12 +206,27 @@ def bench_shape(hidden: int, vocab: int, args, device: torch.device, bandwidth: 
     return rows
 
 
-def head_calls(xs: list, weights: list, fp8: list, extra: dict, *, k: int, cuda: bool) -> dict:
-    """name -> call(i): each head on copy i of the weights and activations."""
+def head_calls(
+    xs: list, weights: list, fp8: list, extra: dict, *, k: int, cuda: bool, bounds=None
+) -> dict:
+    """name -> call(i): each head on copy i of the weights and activations (``certified
+    counts`` is not a head: it is the certified call's stage counts, read by the caller)."""
     vocab = weights[0].shape[0]
 
     def pick(logits, i):
         return rescore_top_k(logits, xs[i], weights[i], k=k, valid_rows=vocab)
+
+    def certified(logits, i):
+        return certified_pick(
+            logits,
+            xs[i],
+            weights[i],
+            k=k,
+            wide_k=64,
+            valid_rows=vocab,
+            bound=bounds[i],
+            host_sync=False,
+        )
 
     heads = {
         "bf16": lambda i: F.linear(xs[i], weights[i]),
@@ -192,12 +234,18 @@ def head_calls(xs: list, weights: list, fp8: list, extra: dict, *, k: int, cuda:
     }
     if cuda:
         heads["fp8_scaled_mm+pick"] = lambda i: pick(_scaled_mm_head(xs[i], fp8[i]), i)
+        if bounds is not None:
+            heads["fp8_scaled_mm+certified"] = lambda i: (
+                certified(_scaled_mm_head(xs[i], fp8[i]), i).logits
+            )
     for name, head in extra.items():
         heads[name] = lambda i, head=head: head(xs[i])
     if "fp8_w8a16" in extra:
         heads["fp8_w8a16+pick"] = lambda i: pick(extra["fp8_w8a16"](xs[i]), i)
     scanned = F.linear(xs[0], weights[0])
     heads["pick"] = lambda i: pick(scanned.clone(), 0)  # the pick alone, on a fresh copy
+    if cuda and bounds is not None:
+        heads["certified counts"] = lambda i: certified(_scaled_mm_head(xs[i], fp8[i]), i).counts
     return heads
 
 
@@ -266,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     started = time.perf_counter()
     if device.type == "cuda":
+        if device.index is None:  # "cuda" alone: the current device, named by its index
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
         info = {"type": "cuda", "name": torch.cuda.get_device_name(device)}
         bandwidth = copy_bandwidth(device, 4 << 30, 50)
