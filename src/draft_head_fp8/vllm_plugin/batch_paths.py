@@ -114,7 +114,10 @@ def choose(
     elif setting == BF16_FROM_AUTO:
         threshold = measured_from
         if device.type != "cpu":
-            # Measured only on CPUs so far (no GPU was lent): the FP8 head serves every batch.
+            # Not measured here: vLLM replays the draft from CUDA graphs, where the pick costs a
+            # sixth of what it costs eagerly (H200, docs/benchmarks.md "On a GPU"), so timing
+            # both paths eagerly at load would choose wrongly. The user guide says when to keep
+            # the flag off on a GPU.
             record["why"] = f"not measured on {device.type}: the FP8 head serves every batch"
     else:
         threshold = int(setting)
