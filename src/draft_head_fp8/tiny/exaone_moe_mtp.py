@@ -17,10 +17,9 @@ import os
 
 from draft_head_fp8.tiny.common import (
     SMALL_TEXT,
-    Randoms,
     TinyPair,
     build_mtp_target,
-    move_layer,
+    mtp_glue,
 )
 
 HIDDEN = SMALL_TEXT["hidden_size"]
@@ -51,16 +50,13 @@ def config(*, tied: bool):
 
 
 def _mtp_glue(seed: int):
-    rand = Randoms(seed)
-
-    def edit(tensors: dict) -> dict:
-        moved = move_layer(tensors, f"model.layers.{LAYERS}.", "mtp.layers.0.")
-        for norm in ("norm", "pre_fc_norm_hidden", "pre_fc_norm_embedding"):
-            moved[f"mtp.{norm}.weight"] = rand.ones(HIDDEN)
-        moved["mtp.fc.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
-        return moved
-
-    return edit
+    return mtp_glue(
+        seed,
+        moves=[(f"model.layers.{LAYERS}.", "mtp.layers.0.")],
+        norms=["mtp.norm", "mtp.pre_fc_norm_hidden", "mtp.pre_fc_norm_embedding"],
+        projection="mtp.fc",
+        hidden=HIDDEN,
+    )
 
 
 def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from draft_head_fp8.tiny.common import SMALL_TEXT, Randoms, TinyPair, build_mtp_target
+from draft_head_fp8.tiny.common import SMALL_TEXT, TinyPair, build_mtp_target, mtp_glue
 
 HIDDEN = SMALL_TEXT["hidden_size"]
 LAYERS = 2  # the target's; layer LAYERS is the MTP block
@@ -48,16 +48,14 @@ def config(*, tied: bool):
 
 
 def _mtp_glue(seed: int):
-    rand = Randoms(seed)
-    mtp = f"model.layers.{LAYERS}."
-
-    def edit(tensors: dict) -> dict:
-        for norm in ("enorm", "hnorm", "final_layernorm"):
-            tensors[f"{mtp}{norm}.weight"] = rand.ones(HIDDEN)
-        tensors[f"{mtp}eh_proj.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
-        return tensors
-
-    return edit
+    mtp = f"model.layers.{LAYERS}."  # the MTP block stays where it was saved
+    return mtp_glue(
+        seed,
+        moves=[],
+        norms=[f"{mtp}enorm", f"{mtp}hnorm", f"{mtp}final_layernorm"],
+        projection=f"{mtp}eh_proj",
+        hidden=HIDDEN,
+    )
 
 
 def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:

@@ -15,10 +15,9 @@ import os
 
 from draft_head_fp8.tiny.common import (
     SMALL_TEXT,
-    Randoms,
     TinyPair,
     build_mtp_target,
-    move_layer,
+    mtp_glue,
 )
 
 HIDDEN = SMALL_TEXT["hidden_size"]
@@ -41,17 +40,14 @@ def config(*, tied: bool):
 
 
 def _mtp_glue(seed: int):
-    rand = Randoms(seed)
-
-    def edit(tensors: dict) -> dict:
-        moved = move_layer(tensors, f"model.layers.{LAYERS}.", "model.mtp_layers.0.")
-        mtp = "model.mtp_layers.0."
-        for norm in ("token_layernorm", "hidden_layernorm", "final_layernorm"):
-            moved[f"{mtp}{norm}.weight"] = rand.ones(HIDDEN)
-        moved[f"{mtp}input_proj.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
-        return moved
-
-    return edit
+    mtp = "model.mtp_layers.0."
+    return mtp_glue(
+        seed,
+        moves=[(f"model.layers.{LAYERS}.", mtp)],
+        norms=[f"{mtp}token_layernorm", f"{mtp}hidden_layernorm", f"{mtp}final_layernorm"],
+        projection=f"{mtp}input_proj",
+        hidden=HIDDEN,
+    )
 
 
 def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:

@@ -20,10 +20,9 @@ import os
 
 from draft_head_fp8.tiny.common import (
     SMALL_TEXT,
-    Randoms,
     TinyPair,
     build_mtp_target,
-    move_layer,
+    mtp_glue,
 )
 
 HIDDEN = SMALL_TEXT["hidden_size"]
@@ -65,18 +64,17 @@ def config():
 
 
 def _mtp_glue(seed: int):
-    rand = Randoms(seed)
     mtp = "model.mtp.layers.0."
-
-    def edit(tensors: dict) -> dict:
-        moved = move_layer(tensors, f"model.layers.{LAYERS}.", mtp)
-        moved = move_layer(moved, f"{mtp}post_attention_layernorm.", f"{mtp}pre_mlp_layernorm.")
-        for norm in ("enorm", "hnorm", "final_layernorm"):
-            moved[f"{mtp}{norm}.weight"] = rand.ones(HIDDEN)
-        moved[f"{mtp}eh_proj.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
-        return moved
-
-    return edit
+    return mtp_glue(
+        seed,
+        moves=[
+            (f"model.layers.{LAYERS}.", mtp),
+            (f"{mtp}post_attention_layernorm.", f"{mtp}pre_mlp_layernorm."),
+        ],
+        norms=[f"{mtp}enorm", f"{mtp}hnorm", f"{mtp}final_layernorm"],
+        projection=f"{mtp}eh_proj",
+        hidden=HIDDEN,
+    )
 
 
 def build(out: str | os.PathLike, *, seed: int = 0) -> TinyPair:

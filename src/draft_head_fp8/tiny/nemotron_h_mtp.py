@@ -19,10 +19,9 @@ import os
 
 from draft_head_fp8.tiny.common import (
     SMALL_TEXT,
-    Randoms,
     TinyPair,
     build_mtp_target,
-    move_layer,
+    mtp_glue,
 )
 
 HIDDEN = SMALL_TEXT["hidden_size"]
@@ -48,17 +47,14 @@ def config(*, tied: bool):
 
 
 def _mtp_glue(seed: int):
-    rand = Randoms(seed)
-    last = len(BLOCKS)
-
-    def edit(tensors: dict) -> dict:
-        moved = move_layer(tensors, f"backbone.layers.{last}.", "mtp.layers.0.")
-        for norm in ("enorm", "hnorm", "final_layernorm"):
-            moved[f"mtp.layers.0.{norm}.weight"] = rand.ones(HIDDEN)
-        moved["mtp.layers.0.eh_proj.weight"] = rand.normal(HIDDEN, 2 * HIDDEN)
-        return moved
-
-    return edit
+    mtp = "mtp.layers.0."
+    return mtp_glue(
+        seed,
+        moves=[(f"backbone.layers.{len(BLOCKS)}.", mtp)],
+        norms=[f"{mtp}enorm", f"{mtp}hnorm", f"{mtp}final_layernorm"],
+        projection=f"{mtp}eh_proj",
+        hidden=HIDDEN,
+    )
 
 
 def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -> TinyPair:
