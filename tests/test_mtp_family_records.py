@@ -74,12 +74,12 @@ def test_a_checkpoint_without_mtp_layers_is_refused_by_check(pairs, name, tmp_pa
     assert result.reason == f"the checkpoint has no MTP layers ({field} is 0 or missing)"
 
 
-@pytest.mark.skipif(not this_machine().has_w8a16_op, reason="check exits 1 without the W8A16 op")
 @pytest.mark.parametrize("name", sorted(ADDED))
-def test_the_check_command_exits_0_on_each_tiny_checkpoint(pairs, name, capsys):
+def test_the_check_command_judges_each_tiny_checkpoint_by_this_machine(pairs, name, capsys):
+    """0 where this CPU has vLLM's W8A16 op; elsewhere (the AVX2 kind) 3, the CPU refusal."""
     from draft_head_fp8.cli import main
 
-    assert main(["check", str(pairs[name].target)]) == 0
+    assert main(["check", str(pairs[name].target)]) == (0 if this_machine().has_w8a16_op else 3)
     assert by_name(name).title in capsys.readouterr().out
 
 
