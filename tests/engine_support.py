@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import getpass
+import json
 import os
 import socket
 import subprocess
@@ -164,12 +165,40 @@ KERNEL = (
     else "CPUFp8W8A16HeadKernel"
 ) if W8A16 else "PerTensorTorchFP8ScaledMMLinearKernel"  # fmt: skip
 LAYOUT = "convert_weight_packed" if W8A16 else "plain"
+
+
+def _session_folder(prefix: str) -> Path:
+    """A folder for this test session, one for all its lanes (pytest-xdist names the run)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    folder = Path(tempfile.gettempdir()) / f"{prefix}{run}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 # One vLLM cache for the session: vLLM inspects each model class once (~20 s in a subprocess)
 # and keeps the answer there.
-VLLM_CACHE = Path(tempfile.mkdtemp(prefix="dhfp8-test-vllm-cache-"))
+VLLM_CACHE = _session_folder("dhfp8-test-vllm-cache-")
 # And one torch inductor cache: at TP 2 every worker compiles vLLM's vocab-shard mask with
 # inductor (~20 s of C++ builds per engine with a cache of its own; a cache hit after the first).
-INDUCTOR_CACHE = Path(tempfile.mkdtemp(prefix="dhfp8-test-inductor-cache-"))
+INDUCTOR_CACHE = _session_folder("dhfp8-test-inductor-cache-")
+
+
+def shared_once(tmp_path_factory, name: str, make) -> tuple[Path, dict]:
+    """``make(folder)`` (a JSON-able record of what it did) run once for the whole session,
+    by whichever lane asks first; the other lanes wait for it and read the same folder."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each lane's own
+    folder, record = root / f"shared-{name}", root / f"shared-{name}.json"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not record.exists():
+            folder.mkdir(exist_ok=True)
+            record.write_text(json.dumps(make(folder)))
+    return folder, json.loads(record.read_text())
 
 
 BIN = Path(sys.executable).parent
@@ -185,6 +214,40 @@ def shell(
         ["bash", "-c", command], cwd=cwd, env=full_env, capture_output=True, text=True,
         timeout=timeout,
     )  # fmt: skip
+
+
+# torch's FP8 matmul on a tiny CPU input, in a fresh interpreter with ``env``: what the forced
+# ``scaled_mm`` head kernel runs on. Some hosts fail it only under an emulated kind (an AMX Xeon
+# under the AVX2 kind: torch picks oneDNN by the CPU's flags, and oneDNN is capped at AVX2).
+_SCALED_MM_PROBE = """
+import torch
+w = torch.randn(64, 256).mul(0.05).to(torch.float8_e4m3fn)
+x = torch.randn(3, 256).to(torch.float8_e4m3fn)
+one = torch.ones(())
+try:
+    torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+except Exception as exc:
+    print(" ".join(str(exc).split()))
+"""
+
+
+@functools.cache
+def _scaled_mm_failure(env_items: frozenset) -> str | None:
+    run = subprocess.run(
+        [sys.executable, "-c", _SCALED_MM_PROBE], env={**os.environ, **dict(env_items)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.strip() or None
+
+
+def scaled_mm_failure(env: dict) -> str | None:
+    """What ``torch._scaled_mm`` says on CPU FP8 tensors with ``env`` set (None: it runs)."""
+    if "PYTHONPATH" in env:  # the kind's folder first, the suite's own path after it
+        env = with_path(dict(os.environ), env["PYTHONPATH"]) | {
+            k: v for k, v in env.items() if k != "PYTHONPATH"
+        }
+    return _scaled_mm_failure(frozenset(env.items()))
 
 
 def stored_shape(hidden: int, rows: int) -> list[int]:
@@ -218,7 +281,17 @@ UNSERVED = "EagleCohereForCausalLM"
 def warm_model_info(engine: str = V1.name) -> None:
     """Once per session and release, before the first engine: vLLM's model-info cache
     (``vllm_cache``) filled in one process (``tests/model_info_warmup.py``) instead of a
-    subprocess per class."""
+    subprocess per class; by the first lane that needs it, the others waiting for it."""
+    from filelock import FileLock
+
+    cache = vllm_cache(engine)
+    with FileLock(str(cache) + ".lock"):
+        if not (cache / ".dhfp8-warm").exists():
+            _warm_model_info(engine)
+            (cache / ".dhfp8-warm").touch()
+
+
+def _warm_model_info(engine: str) -> None:
     from draft_head_fp8.families import all_families
 
     drafters = [a for f in all_families() for a in f.drafters]

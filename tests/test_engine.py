@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 
 import pytest
 import torch
@@ -20,10 +21,12 @@ from engine_support import (
     KERNEL,
     LAYOUT,
     SERVE_ARGS,
+    SHIMS,
     STOCK_MTP,
     W8A16,
     engine_env,
     run_engine,
+    scaled_mm_failure,
     serve,
     stored_shape,
     tree,
@@ -224,6 +227,13 @@ def test_the_avx2_kind_serves_the_slow_path_when_asked_and_drafts_exactly(
 ):
     env = {**AVX2_KIND, "DRAFT_HEAD_FP8_CPU_KERNEL": "scaled_mm", **FP8_EVERYWHERE}
     slow = serve(tmp_path, shipped, flag=True, env=env)
+    # Where torch's FP8 matmul cannot run as this kind (an AMX Xeon emulating AVX2: oneDNN is
+    # capped below the path torch picks by the CPU's flags), the forced kernel is refused at
+    # start-up in one line with the op's own words; elsewhere it serves, exactly.
+    failure = scaled_mm_failure(AVX2_KIND)
+    if failure is not None:
+        _assert_kernel_refused(slow, failure)
+        return
     facts = slow.facts
     boot, receipt, diagnostics = _archived(slow.archive)
     assert receipt["schema"] == "draft-head-fp8-runtime-receipt/v2"
@@ -242,6 +252,34 @@ def test_the_avx2_kind_serves_the_slow_path_when_asked_and_drafts_exactly(
     baseline = off or tp1_off.facts
     assert facts["spec_decode"] == baseline["spec_decode"]
     assert facts["texts"] == baseline["texts"]
+
+
+def _assert_kernel_refused(run, message: str) -> None:
+    assert run.launch.returncode != 0 and run.launch.facts is None
+    lines = [line for line in run.launch.stderr.splitlines() if "draft-head-fp8: refusing" in line]
+    assert len(lines) == 1, run.launch.stderr[-3000:]
+    assert lines[0].startswith(
+        "draft-head-fp8: refusing to start: the FP8 head's kernel "
+        "PerTensorTorchFP8ScaledMMLinearKernel (DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm) does not run "
+        "on this cpu: RuntimeError: "
+    ), lines[0]
+    assert message in lines[0]
+    assert not any("receipt" in p for p in tree(run.archive))
+
+
+# torch's FP8 matmul failing in oneDNN, stood in (tests/shims/onednn_fp8_refused/README.md): what
+# an AMX Xeon does under the AVX2 kind, reached on any CPU.
+ONEDNN_FP8_REFUSED = SHIMS / "onednn_fp8_refused"
+
+
+def test_a_forced_kernel_that_cannot_run_here_is_refused_in_one_line(shipped, tmp_path):
+    sys.path.insert(0, str(ONEDNN_FP8_REFUSED))
+    try:
+        from draft_head_fp8_onednn_fp8_refused_standin import MESSAGE
+    finally:
+        sys.path.remove(str(ONEDNN_FP8_REFUSED))
+    env = {"DRAFT_HEAD_FP8_CPU_KERNEL": "scaled_mm", "PYTHONPATH": str(ONEDNN_FP8_REFUSED)}
+    _assert_kernel_refused(serve(tmp_path, shipped, flag=True, env=env), MESSAGE)
 
 
 # One bad setting on the engine: each setting's own message is settings.py's, tested there

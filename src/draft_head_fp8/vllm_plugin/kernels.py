@@ -10,10 +10,16 @@
   flag refuses it, unless ``DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm`` asks for the slow path.
 - Everywhere else (CUDA; a CPU asked for ``scaled_mm``), vLLM's own choice among the kernels that
   keep the plain ``[hidden, vocab]`` layout with one ``[1]`` scale that receipt v2 proves.
+
+Every kernel is run once on a tiny head before it is chosen (``_op_answers``, ``_kernel_answers``):
+a kernel that vLLM or a setting names can still fail on this machine (torch routes FP8 matmuls to
+oneDNN by the CPU's flags, and oneDNN may be capped below them), and that must be a refusal that
+names the op's own message before vLLM listens, not a traceback from deep inside its load.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import platform
 from collections.abc import Callable
@@ -34,6 +40,7 @@ from draft_head_fp8.vllm_plugin import seams
 CPUFp8PerTensorScaledMMLinearKernel = seams.read("cpu_fp8_per_tensor_kernel")
 FP8ScaledMMLinearLayerConfig = seams.read("fp8_scaled_mm_layer_config")
 choose_scaled_mm_linear_kernel = seams.read("choose_scaled_mm_linear_kernel")
+init_fp8_linear_kernel = seams.read("init_fp8_linear_kernel")
 
 # vLLM's FP8 kernels whose processed weight stays the plain FP8 [hidden, vocab] matrix with one
 # [1] scale (their process_weights_after_loading does nothing, or pads only dims that are not a
@@ -116,6 +123,56 @@ def _op_answers() -> tuple[bool, str | None]:
     return True, None
 
 
+# The tiny head a chosen kernel is run on at start-up: this rank's hidden size, few rows.
+PROBE_ROWS = 64
+
+
+def _kernel_answers(kernel: type, config: FP8ScaledMMLinearLayerConfig) -> str | None:
+    """Run ``kernel`` as the head would (vLLM's constructor, its weight processing, its apply)
+    on a tiny head of this hidden size and dtype, on this device, against the dequantized
+    matmul; why it cannot serve here (its own message), else None."""
+    hidden = int(config.weight_shape[1])
+    tiny = dataclasses.replace(config, weight_shape=(PROBE_ROWS, hidden))
+    device = torch.device(current_platform.device_type)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        head = quantize_per_tensor(torch.randn(PROBE_ROWS, hidden, generator=gen) * 0.05)
+        instance = init_fp8_linear_kernel(
+            activation_quant_key=tiny.activation_quant_key,
+            weight_quant_key=tiny.weight_quant_key,
+            weight_shape=tiny.weight_shape,
+            input_dtype=tiny.input_dtype,
+            out_dtype=tiny.out_dtype,
+            force_kernel=kernel,
+            module_name="draft-head-fp8 kernel probe",
+        )
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(head.weight.t().to(device), requires_grad=False)
+        layer.weight_scale = torch.nn.Parameter(head.scale.to(device), requires_grad=False)
+        layer.input_scale = None
+        instance.process_weights_after_loading(layer)
+        x = torch.randn(3, hidden, generator=gen).to(device=device, dtype=tiny.input_dtype)
+        out = instance.apply_weights(layer, x).float().cpu()
+        reference = x.float().cpu() @ (head.weight.float() * head.scale).t()
+    except Exception as exc:  # any failure to run is the refusal's reason, in the op's words
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    # Activations are quantized to FP8 per tensor: a few percent of the largest logit.
+    if not torch.allclose(out, reference, rtol=0.1, atol=0.1 * float(reference.abs().max())):
+        return "its output disagrees with the dequantized matmul on a tiny head"
+    return None
+
+
+def _probed(choice: KernelChoice, config: FP8ScaledMMLinearLayerConfig) -> KernelChoice:
+    why_not = _kernel_answers(choice.kernel, config)
+    if why_not is not None:
+        asked = f" ({choice.warning.split(':')[0]})" if choice.warning else ""
+        raise HeadFp8EligibilityError(
+            f"the FP8 head's kernel {choice.kernel.__name__}{asked} does not run on this "
+            f"{current_platform.device_type}: {why_not}"
+        )
+    return choice
+
+
 @dataclass(frozen=True)
 class KernelChoice:
     kernel: type
@@ -164,4 +221,4 @@ def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig, *, cpu_kernel: str)
             f"no FP8 kernel whose weight layout a receipt can prove runs here "
             f"(tried {[k.__name__ for k in kept]}; vLLM says: {exc})"
         ) from None
-    return KernelChoice(chosen, LAYOUT_PLAIN, unrestricted, warning)
+    return _probed(KernelChoice(chosen, LAYOUT_PLAIN, unrestricted, warning), config)

@@ -66,6 +66,11 @@ SEAMS = (
         _same(f"{_LINEAR}:choose_scaled_mm_linear_kernel"),
     ),
     Seam(
+        "init_fp8_linear_kernel",
+        "vLLM's constructor of an FP8 linear kernel, forced to the one chosen for the head",
+        _same(f"{_LINEAR}:init_fp8_linear_kernel"),
+    ),
+    Seam(
         "cpu_fp8_per_tensor_kernel",
         "vLLM's CPU W8A16 kernel class, whose packing and apply the CPU head runs",
         _same(f"{_LINEAR}.scaled_mm.cpu:CPUFp8PerTensorScaledMMLinearKernel"),

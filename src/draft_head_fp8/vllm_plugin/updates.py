@@ -177,8 +177,21 @@ def _reload(w: Watch, original: Any, *args: Any, **kwargs: Any) -> Any:
     )  # fmt: skip
     try:
         result = original(*args, **kwargs)
-    finally:
+    except Exception as exc:
+        # vLLM's own reload failed (flag off too: e.g. its AMX MLA path on a tiny DeepSeek-V3
+        # target). Whatever it left in the rows, the head is proven from them as they are, the
+        # boot keeps that record, and the caller gets vLLM's exception, as with the flag off.
         update, w.session = w.session, None
+        update["detail"] += (
+            f" raised in vLLM ({type(exc).__name__}: {exc}); the head proven from the rows as "
+            "the failed reload left them"
+        )
+        try:
+            w.prove(update, folder=None)
+        except Exception as unproven:  # vLLM's exception is the one the caller must see
+            w.fall_back(update, f"no proof after vLLM's failed reload ({unproven})")
+        raise
+    update, w.session = w.session, None
     # From a folder (the one named, else the model's own): that folder's tensor vouches.
     folder = None if from_iterator else (path or w.vllm_config.model_config.model)
     w.prove(update, folder=folder if w.plan.head.when == AT_SHARE else w.plan.checkpoint_dir)
