@@ -36,8 +36,12 @@ releases: $(STAMP)
 	$(PY) -m tools.vllm_releases
 	$(PY) -m tools.vllm_cpu_engine
 
+# The suite in lanes, one per core (at most 4: each engine run takes one core, a TP 2 run two);
+# each lane takes whole groups of tests that share engine runs (tests/conftest.py), engine
+# groups first, in the order given. TEST_LANES=1 runs one lane; the slowest tests are listed.
+TEST_LANES ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 test: lint releases
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_LANES) --dist loadgroup --no-loadscope-reorder --durations=40
 
 bench: $(STAMP)
 	$(PY) -m bench.receipt_capture

@@ -1,6 +1,12 @@
 """Fixtures shared between test modules. Engine runs above all: each real engine start costs
 10-30 s on 2 cores, so the shipped pair's flag-off and flag-on runs are made once per session,
-by the README's own demo command, and read by every test that compares against them."""
+by the README's own demo command, and read by every test that compares against them.
+
+The suite runs in lanes (pytest-xdist, ``make test``: one per core, up to ``TEST_LANES``). A
+lane takes whole groups (``pytest_collection_modifyitems``): a module, or one parameter of a
+module's engine runs where the module names it (``LANES_BY``), so that every module- or
+parameter-scoped engine run is made once; groups that start engines go first, so the short unit
+tests fill the lanes' ends. The demo's runs are made once for all lanes (``shared_once``)."""
 
 from __future__ import annotations
 
@@ -12,7 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_support import FP8_EVERYWHERE, cpu_kind_line, engine_record, shell, warm_user_cache
+from engine_support import (
+    FP8_EVERYWHERE,
+    cpu_kind_line,
+    engine_record,
+    shared_once,
+    shell,
+    warm_user_cache,
+)
 
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.tiny import TinyPair, build_tiny_pair, shipped_pair
@@ -27,6 +40,24 @@ def pytest_report_header(config):
         if record["cannot_show"]:
             engine += f"; they cannot show {record['cannot_show']}"
     return [cpu_kind_line(), engine]
+
+
+def _lane_group(item: pytest.Item) -> str:
+    group = item.module.__name__
+    by = getattr(item.module, "LANES_BY", None)
+    callspec = getattr(item, "callspec", None)
+    if by and callspec is not None and by in callspec.params:
+        group += f"[{callspec.params[by]!r}]"
+    return group
+
+
+def pytest_collection_modifyitems(config, items):
+    groups = {id(item): _lane_group(item) for item in items}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
+    # Engine groups first (stable: pytest's own order within each, which keeps a parameter's
+    # tests together), so that no lane starts a long engine group while the other idles.
+    items.sort(key=lambda item: item.get_closest_marker("engine") is None)
 
 
 @pytest.fixture(scope="session")
@@ -97,11 +128,16 @@ class Demo:
 
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("demo")
-    env = isolated_env(tmp)
-    warm_user_cache(Path(env["XDG_CACHE_HOME"]))
-    command = f"draft-head-fp8 demo --cache {tmp / 'cache'} --json {tmp / 'demo.json'}"
-    return Demo(tmp, shell(command, cwd=tmp, env=env), env)
+    def run(tmp: Path) -> dict:
+        env = isolated_env(tmp)
+        warm_user_cache(Path(env["XDG_CACHE_HOME"]))
+        command = f"draft-head-fp8 demo --cache {tmp / 'cache'} --json {tmp / 'demo.json'}"
+        proc = shell(command, cwd=tmp, env=env)
+        return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+    tmp, done = shared_once(tmp_path_factory, "demo", run)
+    proc = subprocess.CompletedProcess(["draft-head-fp8", "demo"], **done)
+    return Demo(tmp, proc, isolated_env(tmp))
 
 
 @dataclass
