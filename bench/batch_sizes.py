@@ -28,7 +28,7 @@ from draft_head_fp8 import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 # The machine kind every mode runs as: this CPU as it is, or the AVX2 kind emulated on it
-# (vLLM's real AVX2 kernel library; docs/benchmarks.md, "Two kinds of CPU").
+# (vLLM's real AVX2 kernel library; docs/benchmarks.md, "Three kinds of CPU").
 KINDS = {
     "native": {},
     "avx2": {

@@ -2,7 +2,7 @@
 (temp files, HOME and state folders inside the test's tmp folder), the machine kind the suite
 runs on, and small helpers.
 
-Machine kinds (docs/benchmarks.md, "Two kinds of CPU"): where vLLM ships its W8A16 op
+Machine kinds (docs/benchmarks.md, "Three kinds of CPU"): where vLLM ships its W8A16 op
 (AVX512 with AVX512-BF16) the flag serves the packed FP8 head, receipt v3; elsewhere (AVX2, or
 AVX512 without BF16) it refuses by default and serves the plain ``torch._scaled_mm`` head,
 receipt v2, only when asked (``DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm``). Tests assert what this

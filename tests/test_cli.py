@@ -265,3 +265,19 @@ def test_compare_help_teaches_with_an_example():
     assert "draft-head-fp8 compare --target" in proc.stdout and "exit status" in proc.stdout
     for option in ("--prompts", "--tensor-parallel-size", "--max-model-len", "--dtype", "--json"):
         assert option in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "isa, says",
+    [
+        ("AVX512 + AVX512-BF16", ["0.55x", "AVX512-BF16 EPYC (no AMX), a CPU of this kind"]),
+        ("AVX512 + AVX512-BF16 + AMX-TILE", ["0.60x", "AMX Xeon", "a CPU of this kind"]),
+        ("AVX2", ["0.55x on a 2-core AVX512-BF16 EPYC", "0.60x on a 2-core AMX Xeon", "AVX2 kind"]),
+    ],
+)
+def test_the_demos_real_size_figure_is_this_cpu_kinds_where_one_was_measured(isa, says):
+    from draft_head_fp8.cli.report import real_size_note
+
+    note = real_size_note(isa)
+    assert all(part in note for part in says), note
+    assert "not this one" in note and "docs/benchmarks.md" in note

@@ -1,5 +1,5 @@
 """Run this Python process as on an AVX2-only x86 machine, for the tests and benchmarks of the
-other machine kind (docs/benchmarks.md, "Two kinds of CPU"): on PYTHONPATH, with
+other machine kind (docs/benchmarks.md, "Three kinds of CPU"): on PYTHONPATH, with
 ``ATEN_CPU_CAPABILITY=avx2`` and ``ONEDNN_MAX_CPU_ISA=AVX2`` (torch's and oneDNN's own switches
 to their AVX2 code), every process of an engine sees what vLLM sees on such a machine.
 
