@@ -86,9 +86,44 @@ def tp2_off(shipped, tmp_path_factory):
     return _run(tmp_path_factory, "tp2-off", shipped, V034.name, flag=False, args=TP2)
 
 
+@pytest.fixture(scope="module")
+def fused(shipped, tmp_path_factory):
+    # The fused Triton kernel (FP8 scan + certified pick), in Triton's interpreter as MRv2's own
+    # kernels run here; with reload_weights last, after which it serves the re-made head.
+    env = {**FP8_EVERYWHERE, "DRAFT_HEAD_FP8_KERNEL": "triton"}
+    return _run(
+        tmp_path_factory, "fused", shipped, V034.name, flag=True, env=env,
+        args=("--reload-weights",),
+    )  # fmt: skip
+
+
 def _only_boot(archive):
     (boot,) = Archive(archive).boots()
     return boot
+
+
+@pytest.mark.parametrize("engine", [V034.name], indirect=True)
+def test_the_fused_triton_kernel_drafts_exactly_and_the_receipt_names_it(off, fused):
+    facts = fused.facts
+    receipt = facts["after_start"]["receipt"]
+    assert receipt["head_kernel"] == "FusedW8A16HeadKernel"
+    assert receipt["head_weight"]["shape"] == [64, 2048]  # the plain layout, receipt v2
+    agreement = facts["draft_agreement"]
+    assert agreement["steps"] > 100 and agreement["agree"] == agreement["steps"]
+    assert facts["spec_decode"] == off.facts["spec_decode"]
+    assert facts["texts"] == off.facts["texts"] and facts["token_ids"] == off.facts["token_ids"]
+    boot = _only_boot(fused.archive)
+    assert boot.status == "sealed" and Archive(fused.archive).verify().ok
+    post_share = json.loads(boot.read_bytes(receipt_path(0)))
+    assert receipt_verdict(post_share) is None
+    assert post_share["schema"] == "draft-head-fp8-runtime-receipt/v2"
+    diagnostics = json.loads(boot.read_bytes(diagnostics_path(0)))
+    assert diagnostics["head"]["kernel"] == "FusedW8A16HeadKernel"
+    assert diagnostics["certificate"]["kernel"] == "fused_w8a16"
+    # The reload re-made the head; the fused kernel serves the re-made one, proven again.
+    assert facts["reload_weights"]["error"] is None
+    again = json.loads(boot.read_bytes(f"{proof_folder(1)}/{receipt_path(0, 'post_update')}"))
+    assert receipt_verdict(again) is None and again["head_kernel"] == "FusedW8A16HeadKernel"
 
 
 def test_vllm_cpu_picks_model_runner_v2_and_the_boot_names_it(off, on):

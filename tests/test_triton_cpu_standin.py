@@ -88,5 +88,8 @@ def test_the_pytest_process_and_the_package_never_see_the_standin():
                 node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")]
             )
         }
-        assert STANDIN not in imported and "triton" not in imported, path
+        assert STANDIN not in imported, path
+        # Triton itself: only the fused kernel's own module (imported where it serves, never by
+        # the package or the plugin at load).
+        assert "triton" not in imported or path.name == "fused_head.py", path
     assert TRITON_CPU_STANDIN.is_dir() and not str(TRITON_CPU_STANDIN).startswith(str(package))

@@ -41,6 +41,15 @@ CPU_KERNELS = {
 # What serves the slow path anyway where ``auto`` refuses it.
 SLOW_CPU_OVERRIDE = f"{CPU_KERNEL_ENV}=scaled_mm"
 
+HEAD_KERNEL_ENV = "DRAFT_HEAD_FP8_KERNEL"
+HEAD_KERNELS = {
+    "auto": "the fused Triton kernel (FP8 scan + certified pick) on CUDA; vLLM's W8A16 op on a "
+    "CPU that has it",
+    "triton": "the fused Triton kernel wherever Triton runs (on a CPU only under "
+    "TRITON_INTERPRET=1: for tests, not for speed)",
+    "vllm": "vLLM's own FP8 kernels everywhere, the pick in torch after them",
+}
+
 BF16_FROM_ENV = "DRAFT_HEAD_FP8_BF16_FROM"
 BF16_FROM_AUTO, BF16_FROM_NEVER = "auto", "never"
 
@@ -109,6 +118,19 @@ def cpu_kernel(environ: Mapping[str, str] | None = None) -> str:
         raise HeadFp8EligibilityError(
             f"{CPU_KERNEL_ENV}={raw!r} is not one of {', '.join(CPU_KERNELS)} "
             f"(auto: {CPU_KERNELS['auto']})"
+        )
+    return raw.lower()
+
+
+def head_kernel(environ: Mapping[str, str] | None = None) -> str:
+    """Which kernel serves the FP8 head and its pick: ``auto``, ``triton`` or ``vllm``."""
+    raw = _value(HEAD_KERNEL_ENV, environ)
+    if raw is None:
+        return "auto"
+    if raw.lower() not in HEAD_KERNELS:
+        raise HeadFp8EligibilityError(
+            f"{HEAD_KERNEL_ENV}={raw!r} is not one of {', '.join(HEAD_KERNELS)} "
+            f"(auto: {HEAD_KERNELS['auto']})"
         )
     return raw.lower()
 

@@ -90,6 +90,7 @@ def head_plan(family: Family, vllm_config: VllmConfig, head: HeadSource) -> Head
         serving_dtype=draft_config.dtype,
         draft_sample_method=str(getattr(speculative, "draft_sample_method", "greedy")),
         certify=settings.certify(),
+        head_kernel=settings.head_kernel(),
     )
 
 
@@ -170,6 +171,7 @@ class DraftHeadFp8Drafter:
             bf16_from=plan.bf16_from,
             suppress_tokens=self._suppressed_tokens(),
             certify=plan.certify,
+            head_kernel=plan.head_kernel,
         )
         post_share.arm(self, vllm_config, plan)
         logger.info(

@@ -46,6 +46,7 @@ from draft_head_fp8.layouts import LAYOUT_PLAIN
 from draft_head_fp8.rescore import rescore_top_k
 from draft_head_fp8.settings import BF16_FROM_NEVER
 from draft_head_fp8.vllm_plugin import batch_paths, certified_pick, remake
+from draft_head_fp8.vllm_plugin.fused_kernel import FusedW8A16HeadKernel
 from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
@@ -134,6 +135,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         bf16_from: str | int = BF16_FROM_NEVER,
         suppress_tokens: list[int] | None = None,
         certify: bool = False,
+        head_kernel: str = "auto",
     ) -> None:
         """Take over a constructed, tied ``ParallelLMHead``: choose the FP8 kernel for this
         rank's shape, how many candidates to rescore, and whether each pick is certified.
@@ -148,16 +150,25 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             out_dtype=self.out_dtype,
             weight_shape=shape,
         )
-        self.kernel = choose_head_kernel(config, cpu_kernel=cpu_kernel)
+        self.kernel = choose_head_kernel(
+            config, cpu_kernel=cpu_kernel, head_kernel=head_kernel, certify=certify,
+            rescore_k=rescore_k,
+        )  # fmt: skip
         self.weight_layout = self.kernel.layout
-        self.fp8_linear = init_fp8_linear_kernel(
-            activation_quant_key=self.activation_quant_key,
-            weight_quant_key=self.weight_quant_key,
-            weight_shape=shape,
-            input_dtype=self.input_dtype,
-            out_dtype=self.out_dtype,
-            force_kernel=self.kernel.kernel,
-            module_name=type(self).__name__,
+        # The fused kernel is this package's own, not one of vLLM's: nothing of vLLM's to make.
+        fused = self.kernel.kernel is FusedW8A16HeadKernel
+        self.fp8_linear = (
+            FusedW8A16HeadKernel()
+            if fused
+            else init_fp8_linear_kernel(
+                activation_quant_key=self.activation_quant_key,
+                weight_quant_key=self.weight_quant_key,
+                weight_shape=shape,
+                input_dtype=self.input_dtype,
+                out_dtype=self.out_dtype,
+                force_kernel=self.kernel.kernel,
+                module_name=type(self).__name__,
+            )
         )
         indices = head.shard_indices
         self.real_rows = int(indices.num_org_elements)
@@ -346,6 +357,8 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
     def _fp8_logits(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
+        if isinstance(self.fp8_linear, FusedW8A16HeadKernel):  # the scan and the pick in one
+            return self.fp8_linear.pick(self, layer, x)
         logits = self.fp8_linear.apply_weights(layer, x, bias)
         if self.rescore_rows is None:
             return logits

@@ -34,7 +34,7 @@ from draft_head_fp8.layouts import K_BLOCK, LAYOUT_PACKED, LAYOUT_PLAIN, k_block
 from draft_head_fp8.machine import Machine
 from draft_head_fp8.policy import SLOW_CPU_PATH, slow_cpu_refusal
 from draft_head_fp8.settings import CPU_KERNEL_ENV
-from draft_head_fp8.vllm_plugin import seams
+from draft_head_fp8.vllm_plugin import fused_kernel, seams
 
 # vLLM's names that move between releases, read where the installed one keeps them.
 CPUFp8PerTensorScaledMMLinearKernel = seams.read("cpu_fp8_per_tensor_kernel")
@@ -194,9 +194,15 @@ def _cpu_packed(config: FP8ScaledMMLinearLayerConfig) -> tuple[type | None, str 
     return None, reason
 
 
-def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig, *, cpu_kernel: str) -> KernelChoice:
-    """The head's kernel: on a CPU the packed W8A16 one unless ``cpu_kernel`` is ``scaled_mm``,
-    else vLLM's own choice, in vLLM's order of preference, over the layout-keeping kernels."""
+def choose_head_kernel(
+    config: FP8ScaledMMLinearLayerConfig, *, cpu_kernel: str, head_kernel: str = "vllm",
+    certify: bool = True, rescore_k: int = 1,
+) -> KernelChoice:  # fmt: skip
+    """The head's kernel (``head_kernel``: settings.HEAD_KERNELS): the fused Triton kernel where
+    asked (``triton``) or by default on CUDA (``auto``), run once before it is chosen; else on a
+    CPU the packed W8A16 one unless ``cpu_kernel`` is ``scaled_mm``, else vLLM's own choice, in
+    vLLM's order of preference, over the layout-keeping kernels. ``auto`` on CUDA falls back to
+    vLLM's kernels, saying why, where the fused kernel cannot serve; ``triton`` refuses."""
     try:
         unrestricted = choose_scaled_mm_linear_kernel(
             config, seams.read("possible_fp8_kernels"), quantization="fp8_w8a8"
@@ -204,13 +210,24 @@ def choose_head_kernel(config: FP8ScaledMMLinearLayerConfig, *, cpu_kernel: str)
     except ValueError:
         unrestricted = None
     warning = None
+    device = current_platform.device_type
+    if head_kernel == "triton" or (head_kernel == "auto" and device == "cuda"):
+        why_not = fused_kernel.unavailable(device, certify=certify, rescore_k=rescore_k)
+        why_not = why_not or fused_kernel.probe(int(config.weight_shape[1]), torch.device(device))
+        if why_not is None:
+            return KernelChoice(fused_kernel.FusedW8A16HeadKernel, LAYOUT_PLAIN, unrestricted, None)
+        if head_kernel == "triton":
+            raise fused_kernel.refuse(why_not)
+        warning = f"the fused Triton kernel cannot serve here ({why_not}); vLLM's FP8 kernels do"
     if current_platform.is_cpu():
         if cpu_kernel == "auto":
             packed, why_not = _cpu_packed(config)
             if packed is not None:
                 return KernelChoice(packed, LAYOUT_PACKED, unrestricted, None)
             raise HeadFp8EligibilityError(slow_cpu_refusal(str(why_not).rstrip(".")))
-        warning = f"{CPU_KERNEL_ENV}={cpu_kernel}: {SLOW_CPU_PATH}"
+        warning = "; ".join(
+            filter(None, [warning, f"{CPU_KERNEL_ENV}={cpu_kernel}: {SLOW_CPU_PATH}"])
+        )
     platform = seams.read("platform_enum")
     platform_kernels = seams.read("possible_fp8_kernels").get(platform, [])
     kept = [k for k in platform_kernels if k.__name__ in LAYOUT_KEEPING_KERNELS]

@@ -24,6 +24,7 @@ class HeadPlan:
     serving_dtype: Any  # the dtype vLLM serves the drafter in
     draft_sample_method: str  # "greedy" unless vLLM was asked otherwise
     certify: bool = True  # settings.certify(): each pick certified, or only rescored
+    head_kernel: str = "auto"  # settings.head_kernel(): the fused kernel, or vLLM's
 
 
 def fp8_head_quant_config() -> OnlineQuantizationConfig:

@@ -92,7 +92,7 @@ def make_private_head(
         method.checkpoint_owner = "target"
         method.install(
             head, rescore_k=plan.rescore_k, cpu_kernel=plan.cpu_kernel, bf16_from=plan.bf16_from,
-            certify=plan.certify,
+            certify=plan.certify, head_kernel=plan.head_kernel,
         )  # fmt: skip
         method.make_from(head, shared)
         method.target_head = shared
