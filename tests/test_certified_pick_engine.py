@@ -1,8 +1,9 @@
 """The certified pick on the real engine (docs/certificate.md), on the case it exists for: the
 shipped trained EAGLE-1 pair with near-duplicate rows in the target's head (three tokens the
 target generates most, each with 23 copies of its row times 1 + 1e-2 N(0, 1): closer than the
-FP8 step, tiny/near_duplicates.py). Three engines on vLLM 0.34's MRv2: flag off; flag on with the
-certificate (the default); flag on with only the top-8 rescored. With the certificate every pick
+FP8 step, tiny/near_duplicates.py). Four engines on vLLM 0.34's MRv2: flag off; flag on with the
+certificate (the default); flag on with only the top-8 rescored; flag on with the fused Triton
+kernel (its own stages: whole blocks of 32 tokens rescored). With the certificate every pick
 is the BF16 head's and vLLM counts what it counts flag off; the boot's end-of-serving record says
 how many draft rows needed more than the top-8. Without it, picks are lost: the case is a real
 one, and the test could fail."""
@@ -31,6 +32,8 @@ def clustered(tmp_path_factory):
         ("off", False, {}),
         ("certified", True, FP8_EVERYWHERE),
         ("top-8 only", True, {**FP8_EVERYWHERE, "DRAFT_HEAD_FP8_CERTIFY": "off"}),
+        # The fused Triton kernel (scan + certified pick), in Triton's interpreter here.
+        ("fused", True, {**FP8_EVERYWHERE, "DRAFT_HEAD_FP8_KERNEL": "triton"}),
     ):
         tmp = root / name.replace(" ", "-")
         tmp.mkdir()
@@ -79,3 +82,15 @@ def test_without_the_certificate_the_top_8_loses_picks_on_this_head(clustered):
     assert plain["after_generate"]["certificate"] == {"on": False, "counts": None}
     agreement = plain["draft_agreement"]
     assert agreement["agree"] < agreement["steps"]
+
+
+def test_the_fused_kernel_certifies_every_pick_on_this_head_too(clustered):
+    _, runs = clustered
+    off, fused = runs["off"].facts, runs["fused"].facts
+    assert fused["after_start"]["receipt"]["head_kernel"] == "FusedW8A16HeadKernel"
+    agreement = fused["draft_agreement"]
+    assert agreement["steps"] > 100 and agreement["agree"] == agreement["steps"]
+    assert fused["spec_decode"] == off["spec_decode"] and fused["texts"] == off["texts"]
+    counts = fused["after_generate"]["certificate"]["counts"]
+    assert sum(counts.values()) == agreement["steps"] and counts["uncertified"] == 0
+    assert Archive(runs["fused"].archive).verify().ok
