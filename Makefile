@@ -41,7 +41,7 @@ releases: $(STAMP)
 # groups first, in the order given. TEST_LANES=1 runs one lane; the slowest tests are listed.
 TEST_LANES ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 test: lint releases
-	$(PY) -m pytest -n $(TEST_LANES) --dist loadgroup --no-loadscope-reorder --durations=40
+	$(PY) -m pytest -n $(TEST_LANES) --dist loadscope --no-loadscope-reorder --durations=40
 
 bench: $(STAMP)
 	$(PY) -m bench.receipt_capture

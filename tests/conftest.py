@@ -3,16 +3,17 @@
 by the README's own demo command, and read by every test that compares against them.
 
 The suite runs in lanes (pytest-xdist, ``make test``: one per core, up to ``TEST_LANES``). A
-lane takes whole groups (``pytest_collection_modifyitems``): a module, or one parameter of a
-module's engine runs where the module names it (``LANES_BY``), so that every module- or
-parameter-scoped engine run is made once; groups that start engines go first, so the short unit
-tests fill the lanes' ends. The demo's runs are made once for all lanes (``shared_once``)."""
+lane takes whole groups (``LaneScheduling``): a module, or one parameter of a module's engine runs
+(``SPLIT_BY_PARAMETER``), so that every module- or parameter-scoped engine run is made once;
+groups that start engines go first, so the short unit tests fill the lanes' ends. The demo's
+runs are made once for all lanes (``shared_once``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from engine_support import (
     shell,
     warm_user_cache,
 )
+from xdist.scheduler import LoadScopeScheduling
 
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.tiny import TinyPair, build_tiny_pair, shipped_pair
@@ -42,22 +44,65 @@ def pytest_report_header(config):
     return [cpu_kind_line(), engine]
 
 
-def _lane_group(item: pytest.Item) -> str:
-    group = item.module.__name__
-    by = getattr(item.module, "LANES_BY", None)
-    callspec = getattr(item, "callspec", None)
-    if by and callspec is not None and by in callspec.params:
-        group += f"[{callspec.params[by]!r}]"
-    return group
+# Modules whose engine runs are made per parameter of a module-scoped fixture (a family and an
+# engine, ...): each parameter's tests are one group, so that the lanes share such a module.
+SPLIT_BY_PARAMETER = frozenset({
+    "test_shared_head_families.py", "test_eagle3.py", "test_weight_updates.py",
+    "test_model_runner_v2.py",
+})  # fmt: skip
+
+
+def lane_group(nodeid: str) -> str:
+    """The group a test runs in: its module, or in a module of ``SPLIT_BY_PARAMETER`` its module
+    and its parameters' id (the tests of one parameter share its module-scoped engine runs)."""
+    module, _, rest = nodeid.partition("::")
+    if Path(module).name in SPLIT_BY_PARAMETER and rest.endswith("]") and "[" in rest:
+        return f"{module}[{rest[rest.index('[') + 1 : -1]}]"
+    return module
+
+
+class LaneScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling (whole groups per lane, in the order given) by ``lane_group``.
+    (xdist's own ``loadgroup`` marks cannot be used: it renames node ids through an attribute
+    pytest 9 no longer reads.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return lane_group(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return LaneScheduling(config, log)
+
+
+def pytest_configure(config):
+    # In lanes every temporary folder is one level deeper (popen-gwN), and a multiprocess engine's
+    # IPC sockets live in its TMPDIR under the test's folder: a unix socket's path holds at most
+    # 107 characters. One short root per user for the lanes' folders, emptied by pytest at the
+    # start of each run as it does its own (--basetemp).
+    lanes = getattr(config.option, "numprocesses", None)
+    if lanes and not config.option.basetemp and "PYTEST_XDIST_WORKER" not in os.environ:
+        config.option.basetemp = str(Path(tempfile.gettempdir()) / f"dhfp8-{os.getuid()}")
+
+
+# The modules whose groups cost most (TP 2 and two-node runs, several engines per group), first:
+# a lane that takes one of them late would finish long after the other (measured with
+# --durations; the rest keep pytest's order).
+HEAVIEST_FIRST = (
+    "test_weight_updates.py", "test_tensor_parallel.py", "test_multinode.py",
+    "test_model_runner_v2.py", "test_eagle3.py", "test_certified_pick_engine.py",
+)  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):
-    groups = {id(item): _lane_group(item) for item in items}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
-    # Engine groups first (stable: pytest's own order within each, which keeps a parameter's
-    # tests together), so that no lane starts a long engine group while the other idles.
-    items.sort(key=lambda item: item.get_closest_marker("engine") is None)
+    # Engine groups first, the heaviest of them first (stable: pytest's own order within each,
+    # which keeps a parameter's tests together), and the short unit tests fill the lanes' ends.
+    def cost_rank(item: pytest.Item) -> tuple[bool, int]:
+        name = Path(str(item.path)).name
+        heavy = HEAVIEST_FIRST.index(name) if name in HEAVIEST_FIRST else len(HEAVIEST_FIRST)
+        return item.get_closest_marker("engine") is None, heavy
+
+    items.sort(key=cost_rank)
 
 
 @pytest.fixture(scope="session")

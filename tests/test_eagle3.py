@@ -111,10 +111,6 @@ class Runs:
         return self.pair.assistant if self.own else self.pair.target
 
 
-# Lanes (tests/conftest.py): each runs parameter's engine runs and their tests are one group.
-LANES_BY = "runs"
-
-
 @pytest.fixture(scope="module", params=RUNS, ids=lambda case: "-".join(case))
 def runs(request, tmp_path_factory):
     name, head, engine = request.param

@@ -43,8 +43,6 @@ MRV2_RUNNER = {
 }
 
 
-# Lanes (tests/conftest.py): each engine parameter's engine runs and their tests are one group.
-LANES_BY = "engine"
 MRV2_ENGINES = (V034.name, V032_MRV2.name)
 
 

@@ -66,7 +66,12 @@ def make_dry_run(target: str) -> str:
 def test_make_commands_are_the_ones_tested():
     assert commands("make ") == ["make demo", "make test"]
     assert make_dry_run("demo") == ".venv/bin/draft-head-fp8 demo"  # what test_demo_* below runs
-    assert make_dry_run("test") == ".venv/bin/python -m pytest"  # what CI runs through .ci/run
+    # What CI runs through .ci/run: the suite in lanes, one per core (at most 4).
+    lanes = min(len(os.sched_getaffinity(0)), 4)
+    assert make_dry_run("test") == (
+        f".venv/bin/python -m pytest -n {lanes} --dist loadscope --no-loadscope-reorder "
+        "--durations=40"
+    )
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 

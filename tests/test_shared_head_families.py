@@ -92,8 +92,6 @@ class Runs:
 # Qwen3.5 and EAGLE-1 (one reference) and GLM-4.5 (two) take the same per-rank path, each proved
 # at TP 1; a TP 2 run of each proved nothing more and cost 35-55 s (how TP 2 splits a target's
 # attention is not the head's business).
-# Lanes (tests/conftest.py): each runs parameter's engine runs and their tests are one group.
-LANES_BY = "runs"
 FAMILY_RUNS = [(f.name, engine) for f in SHARED for engine in engines_for(f.name)]
 TP2_RUNS = [("deepseek-v3-mtp", V034.name)]
 

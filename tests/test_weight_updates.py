@@ -155,10 +155,6 @@ class Updated:
         )
 
 
-# Lanes (tests/conftest.py): each updated parameter's engine runs and their tests are one group.
-LANES_BY = "updated"
-
-
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: "-".join(c))
 def updated(request, tmp_path_factory):
     family, engine = request.param
