@@ -268,6 +268,29 @@ def test_vllms_local_argmax_reduction_at_tp2_picks_the_bf16_heads_token(runs):
     assert json.loads(boot.read_bytes(RANKS_PATH))["passed"]
 
 
+# The fused Triton kernel (FP8 scan + certified pick, in Triton's interpreter here) on the
+# trained pair's own head over the draft vocabulary, against the same flag-off run.
+FUSED_RUNS = [("llama-eagle3", "own", V034.name)]
+
+
+@pytest.mark.parametrize("runs", FUSED_RUNS, ids=lambda case: "-".join(case), indirect=True)
+def test_the_fused_kernel_serves_the_own_head_exactly(runs):
+    fused = runs.serve(
+        "fused", flag=True, env={**FP8_EVERYWHERE, "DRAFT_HEAD_FP8_KERNEL": "triton"}
+    )
+    facts, off = fused.facts, runs.off.facts
+    assert facts["after_start"]["receipt"]["head_kernel"] == "FusedW8A16HeadKernel"
+    agreement = facts["draft_agreement"]
+    assert agreement["steps"] > 50 and agreement["agree"] == agreement["steps"]
+    assert facts["spec_decode"] == off["spec_decode"] and facts["texts"] == off["texts"]
+    assert facts["spec_decode"]["num_accepted_tokens"] > 0  # the trained pair's drafts
+    (boot,) = Archive(fused.archive).boots()
+    assert (
+        boot.status == "sealed"
+        and receipt_verdict(json.loads(boot.read_bytes(receipt_path(0)))) is None
+    )
+
+
 def test_an_own_head_over_the_whole_target_vocabulary_is_refused(tmp_path):
     pair = build(FAMILY.name, tmp_path / "pair", full_vocab_own_head=True, seed=3)
     run = serve(tmp_path, pair, flag=True).launch
