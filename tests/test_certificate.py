@@ -13,6 +13,7 @@ import functools
 import pytest
 
 torch = pytest.importorskip("torch")
+from engine_support import assert_this_kind_has_no_w8a16_op  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -173,7 +174,7 @@ def test_the_bound_holds_for_every_token(kind, seed, vocab, hidden, tokens):
 def test_row_errors_cover_the_weights_the_op_multiplies_by():
     op = w8a16_op()
     if op is None:
-        pytest.skip("vLLM's W8A16 op fp8_scaled_mm_cpu is not on this machine")
+        return assert_this_kind_has_no_w8a16_op()
     w, _, _, _ = make_head("tiny tail", 3, 256, 64, 1)
     q = quantize_per_tensor(w)
     # x = e_j reads column j of the weights the op uses (exact: one BF16 product, no sum).
@@ -188,7 +189,7 @@ def test_row_errors_cover_the_weights_the_op_multiplies_by():
 def test_the_op_reads_exponent_zero_bytes_as_the_bound_assumes():
     op = w8a16_op()
     if op is None:
-        pytest.skip("vLLM's W8A16 op fp8_scaled_mm_cpu is not on this machine")
+        return assert_this_kind_has_no_w8a16_op()
     raw = torch.arange(256, dtype=torch.uint8)
     raw = raw[(raw & 0x7F) != 0x7F]  # no NaN
     values = raw.view(torch.float8_e4m3fn)
@@ -241,7 +242,7 @@ def test_every_pick_is_the_reference_argmax(kind, kernel, seed, vocab, hidden, t
 @pytest.mark.parametrize("seed", range(3))
 def test_every_pick_through_the_real_op(seed):
     if w8a16_op() is None:
-        pytest.skip("vLLM's W8A16 op fp8_scaled_mm_cpu is not on this machine")
+        return assert_this_kind_has_no_w8a16_op()
     for kind in KINDS:
         w, x, valid, suppressed = make_head(kind, seed, 512, 64, 4)
         check_pick(w, x, valid, suppressed, KERNEL_W8A16, real_op=True)
