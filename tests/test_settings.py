@@ -130,3 +130,17 @@ def test_the_value_shown_is_the_value_given_without_its_blanks():
 
 def test_the_slow_cpu_override_names_the_variable_and_value():
     assert settings.SLOW_CPU_OVERRIDE == "DRAFT_HEAD_FP8_CPU_KERNEL=scaled_mm"
+
+
+@pytest.mark.parametrize("raw, kernel", [(None, "auto"), ("Triton", "triton"), (" vllm ", "vllm")])
+def test_head_kernel_takes_auto_triton_or_vllm(raw, kernel):
+    environ = {} if raw is None else {"DRAFT_HEAD_FP8_KERNEL": raw}
+    assert settings.head_kernel(environ) == kernel
+
+
+def test_a_head_kernel_it_does_not_know_is_refused_with_what_is_allowed():
+    with pytest.raises(HeadFp8EligibilityError) as refused:
+        settings.head_kernel({"DRAFT_HEAD_FP8_KERNEL": "cutlass"})
+    assert str(refused.value).startswith(
+        "DRAFT_HEAD_FP8_KERNEL='cutlass' is not one of auto, triton, vllm (auto: the fused Triton"
+    )

@@ -237,17 +237,23 @@ def _certified(upper: torch.Tensor, extra: torch.Tensor, best: torch.Tensor) -> 
     return reach < best
 
 
-def _stage(rows, x, upper, extra, blocked, candidates, before: _Stage | None) -> _Stage:
-    exact = exact_logits(rows, candidates, x)
-    invalid = blocked[candidates]
-    exact = exact.masked_fill(invalid, float("-inf"))
-    upper.scatter_(-1, candidates, float("-inf"))
+def joined(before: _Stage | None, candidates, exact, invalid, upper, extra) -> _Stage:
+    """A stage's rescored candidates joined to the stages' before it, and the rows they certify
+    (``upper``: -inf already on every rescored token)."""
     if before is not None:
         candidates = torch.cat([before.candidates, candidates], -1)
         exact = torch.cat([before.exact, exact], -1)
         invalid = torch.cat([before.invalid, invalid], -1)
     best = exact.amax(-1).float()
     return _Stage(candidates, exact, invalid, _certified(upper, extra, best))
+
+
+def _stage(rows, x, upper, extra, blocked, candidates, before: _Stage | None) -> _Stage:
+    exact = exact_logits(rows, candidates, x)
+    invalid = blocked[candidates]
+    exact = exact.masked_fill(invalid, float("-inf"))
+    upper.scatter_(-1, candidates, float("-inf"))
+    return joined(before, candidates, exact, invalid, upper, extra)
 
 
 def every_row(rows, x, blocked, dtype) -> torch.Tensor:

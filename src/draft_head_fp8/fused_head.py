@@ -24,9 +24,9 @@ from draft_head_fp8.certificate import (
     KERNEL_FUSED_W8A16,
     Certified,
     LogitBound,
-    _certified,
     _Stage,
     every_row,
+    joined,
 )
 from draft_head_fp8.rescore import exact_logits, serve
 
@@ -216,12 +216,7 @@ class FusedHead:
         inside = candidates.clamp(max=self.rows.shape[0] - 1)
         exact = exact_logits(self.rows, inside, x).masked_fill(invalid, float("-inf"))
         upper.scatter_(-1, blocks, float("-inf"))
-        if before is not None:
-            candidates = torch.cat([before.candidates, candidates], -1)
-            exact = torch.cat([before.exact, exact], -1)
-            invalid = torch.cat([before.invalid, invalid], -1)
-        best = exact.amax(-1).float()
-        return _Stage(candidates, exact, invalid, _certified(upper, extra, best))
+        return joined(before, candidates, exact, invalid, upper, extra)
 
     def certify(
         self, x: torch.Tensor, blocks: Blocks, *, host_sync: bool = True, totals=None

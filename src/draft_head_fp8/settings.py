@@ -109,30 +109,26 @@ def certify(environ: Mapping[str, str] | None = None) -> bool:
     return raw.lower() == "on"
 
 
-def cpu_kernel(environ: Mapping[str, str] | None = None) -> str:
-    """Which FP8 kernel family a CPU head may use: ``auto`` or ``scaled_mm``."""
-    raw = _value(CPU_KERNEL_ENV, environ)
+def _one_of(name: str, choices: Mapping[str, str], environ: Mapping[str, str] | None) -> str:
+    """``name``'s value among ``choices`` (whose ``auto`` is the default), lower-cased."""
+    raw = _value(name, environ)
     if raw is None:
         return "auto"
-    if raw.lower() not in CPU_KERNELS:
+    if raw.lower() not in choices:
         raise HeadFp8EligibilityError(
-            f"{CPU_KERNEL_ENV}={raw!r} is not one of {', '.join(CPU_KERNELS)} "
-            f"(auto: {CPU_KERNELS['auto']})"
+            f"{name}={raw!r} is not one of {', '.join(choices)} (auto: {choices['auto']})"
         )
     return raw.lower()
+
+
+def cpu_kernel(environ: Mapping[str, str] | None = None) -> str:
+    """Which FP8 kernel family a CPU head may use: ``auto`` or ``scaled_mm``."""
+    return _one_of(CPU_KERNEL_ENV, CPU_KERNELS, environ)
 
 
 def head_kernel(environ: Mapping[str, str] | None = None) -> str:
     """Which kernel serves the FP8 head and its pick: ``auto``, ``triton`` or ``vllm``."""
-    raw = _value(HEAD_KERNEL_ENV, environ)
-    if raw is None:
-        return "auto"
-    if raw.lower() not in HEAD_KERNELS:
-        raise HeadFp8EligibilityError(
-            f"{HEAD_KERNEL_ENV}={raw!r} is not one of {', '.join(HEAD_KERNELS)} "
-            f"(auto: {HEAD_KERNELS['auto']})"
-        )
-    return raw.lower()
+    return _one_of(HEAD_KERNEL_ENV, HEAD_KERNELS, environ)
 
 
 def bf16_from(environ: Mapping[str, str] | None = None) -> str | int:
