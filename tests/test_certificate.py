@@ -392,6 +392,26 @@ def test_padding_and_suppressed_tokens_never_block(kind, kernel):
 # ------------------------------------------------------------------------------------------
 
 
+def two_shards(w, x, tie: bool) -> tuple:
+    """A 1000-row head as vLLM splits it over two ranks (512 rows each, padded to 64: rank 1
+    holds 24 padding rows), one per-tensor scale for the whole head; with ``tie``, the global
+    best duplicated into the other shard (the lower rank's copy must win). The reference pick,
+    and each shard's (rows, real rows, FP8 copy)."""
+    vocab, hidden = w.shape
+    if tie:
+        best = int(reference(w, x[:1], torch.zeros(vocab, dtype=bool)).argmax())
+        w[(best + 512) % vocab] = w[best]
+    want = reference(w, x, torch.zeros(vocab, dtype=bool)).argmax(-1)
+    amax = float(w.float().abs().max())
+    shards = []
+    for start in (0, 512):
+        real = min(vocab, start + 512) - start
+        rows = torch.zeros(512, hidden, dtype=torch.bfloat16)
+        rows[:real] = w[start : start + real]
+        shards.append((rows, real, quantize_per_tensor(rows, amax=amax, real_rows=real)))
+    return want, shards
+
+
 @PROPERTY
 @given(
     kind=st.sampled_from(("random", "outliers", "cluster")),
@@ -400,20 +420,11 @@ def test_padding_and_suppressed_tokens_never_block(kind, kernel):
     tie=st.booleans(),
 )
 def test_two_shards_compose_to_the_global_pick(kind, kernel, seed, tie):
-    vocab, hidden, padded = 1000, 64, 1024  # vLLM pads to 64; rank 1 holds the 24 padding rows
+    vocab, hidden, padded = 1000, 64, 1024
     w, x, _, _ = make_head(kind, seed, vocab, hidden, 5)
-    if tie:  # the global best, duplicated into the other shard: the lower rank's copy must win
-        best = int(reference(w, x[:1], torch.zeros(vocab, dtype=bool)).argmax())
-        w[(best + 512) % vocab] = w[best]
-    blocked = torch.zeros(vocab, dtype=bool)
-    want = reference(w, x, blocked).argmax(-1)
-    amax = float(w.float().abs().max())  # one per-tensor scale for the whole head
+    want, shards = two_shards(w, x, tie)
     gathered = []
-    for start in (0, 512):
-        real = min(vocab, start + 512) - start
-        rows = torch.zeros(512, hidden, dtype=torch.bfloat16)
-        rows[:real] = w[start : start + real]
-        q = quantize_per_tensor(rows, amax=amax, real_rows=real)
+    for rows, real, q in shards:
         f = fp8_logits(kernel, x, q)
         out = certified_pick(
             f, x, rows, k=8, wide_k=64, valid_rows=real, bound=bound_for(rows, q, kernel)

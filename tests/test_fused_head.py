@@ -36,6 +36,7 @@ from test_certificate import (  # noqa: E402
     make_head,
     no_host_reads,
     reference,
+    two_shards,
 )
 
 from draft_head_fp8.certificate import (  # noqa: E402
@@ -324,17 +325,9 @@ def test_padding_and_suppressed_tokens_are_never_picked(worker, kind):
 def test_two_shards_compose_to_the_global_pick(worker, tie):
     vocab, hidden = 1000, 64  # rank 1 holds 488 real rows and 24 rows of padding
     w, x, _, _ = make_head("cluster", 3, vocab, hidden, 5)
-    if tie:  # the global best, duplicated into the other shard: the lower rank's copy must win
-        best = int(reference(w, x[:1], torch.zeros(vocab, dtype=bool)).argmax())
-        w[(best + 512) % vocab] = w[best]
-    want = reference(w, x, torch.zeros(vocab, dtype=bool)).argmax(-1)
-    amax = float(w.float().abs().max())
+    want, shards = two_shards(w, x, tie)
     gathered = []
-    for start in (0, 512):
-        real = min(vocab, start + 512) - start
-        rows = torch.zeros(512, hidden, dtype=torch.bfloat16)
-        rows[:real] = w[start : start + real]
-        q = quantize_per_tensor(rows, amax=amax, real_rows=real)
+    for rows, real, q in shards:
         gathered.append(worker(_in_worker_pick, rows, x, real, None, q=q)[0])
     logits = torch.cat(gathered, -1)[:, :vocab]  # vLLM's all-gather, padding dropped
     assert torch.equal(logits.argmax(-1), want)
