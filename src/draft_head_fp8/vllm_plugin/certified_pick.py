@@ -13,13 +13,14 @@ import torch
 from draft_head_fp8 import certificate
 from draft_head_fp8.layouts import LAYOUT_PACKED
 from draft_head_fp8.settings import WIDE_RESCORE_TOPK
+from draft_head_fp8.vllm_plugin.fused_kernel import FusedW8A16HeadKernel
 
 
 def bound_kernel(method: Any) -> str:
     """Which kernel arithmetic the bound covers: vLLM's CPU op multiplies BF16 activations (the
     packed layout), and so does the fused Triton kernel (decoding every FP8 byte exactly); every
     other kernel quantizes them to FP8 first."""
-    if type(method.fp8_linear).__name__ == "FusedW8A16HeadKernel":
+    if isinstance(method.fp8_linear, FusedW8A16HeadKernel):
         return certificate.KERNEL_FUSED_W8A16
     packed = method.weight_layout == LAYOUT_PACKED
     return certificate.KERNEL_W8A16 if packed else certificate.KERNEL_SCALED_MM
