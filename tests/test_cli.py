@@ -281,3 +281,35 @@ def test_the_demos_real_size_figure_is_this_cpu_kinds_where_one_was_measured(isa
     note = real_size_note(isa)
     assert all(part in note for part in says), note
     assert "not this one" in note and "docs/benchmarks.md" in note
+
+
+def test_check_says_before_start_that_a_vllm_which_moved_a_wrapped_method_is_refused(
+    pairs, tmp_path
+):
+    # vLLM 0.32's workers with wake_up renamed, first on the path: read from the sources, not run.
+    import os
+
+    from draft_head_fp8.vllm_plugin import seams
+
+    for module in ("gpu_worker", "cpu_worker"):
+        moved = tmp_path / "vllm" / "v1" / "worker" / f"{module}.py"
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        source = seams._source_of(f"vllm.v1.worker.{module}").read_text()
+        moved.write_text(source.replace("def wake_up(", "def wake_up_renamed("))
+    pair = pairs["dense"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "draft_head_fp8.cli", "check", str(pair.assistant), "--target",
+         str(pair.target)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    refused = [line for line in proc.stdout.splitlines() if line.startswith("refused ")]
+    assert refused == [
+        "refused    with VLLM_EXPERIMENTAL_DRAFT_HEAD_FP8=1 start-up is refused: vLLM 0.32 has no "
+        f"vllm.v1.worker.{module}:{cls}.wake_up (the worker's method the plugin wraps to prove "
+        "the head again after sleep restores the weights)"
+        for module, cls in (("cpu_worker", "CPUWorker"), ("gpu_worker", "Worker"))
+    ]
+    untouched = cli("check", str(pair.assistant), "--target", str(pair.target))
+    assert not [line for line in untouched.stdout.splitlines() if line.startswith("refused ")]

@@ -9,6 +9,7 @@ shipped trained pair are the demo's (conftest.py) and several assertions read ea
 from __future__ import annotations
 
 import json
+import re
 import struct
 import sys
 
@@ -23,6 +24,7 @@ from engine_support import (
     SERVE_ARGS,
     SHIMS,
     STOCK_MTP,
+    V034,
     W8A16,
     engine_env,
     run_engine,
@@ -347,3 +349,28 @@ def test_a_boot_that_cannot_keep_its_proof_does_not_start(shipped, tmp_path):
     assert len(refusals) == 1 and "cannot archive the post-share receipt" in refusals[0]
     assert "set DRAFT_HEAD_FP8_ARCHIVE to a writable folder" in refusals[0]
     assert not_a_folder.read_text() == "a file where the archive should be\n"  # untouched
+
+
+# A vLLM that renamed methods the plugin wraps (tests/shims/moved_vllm/README.md): the flag used to
+# skip them without a word, and a weight update through them would have gone unproven. One engine
+# start removes one method of each holder vLLM does not call while starting (test_seams shows every
+# method, load_weights included, on the real classes).
+MOVED_VLLM = SHIMS / "moved_vllm"
+
+
+def test_a_vllm_that_moved_a_wrapped_method_refuses_start_up_by_name(shipped, tmp_path):
+    removed = ("reload_weights", "start_draft_weight_update")
+    env = {"PYTHONPATH": str(MOVED_VLLM), "DRAFT_HEAD_FP8_STANDIN_REMOVED": ",".join(removed)}
+    run = serve(tmp_path, shipped, flag=True, env=env, engine=V034.name)
+    assert run.launch.returncode != 0 and run.launch.facts is None
+    lines = [x for x in run.launch.stderr.splitlines() if "draft-head-fp8: refusing" in x]
+    assert len(lines) == 1, run.launch.stderr[-3000:]
+    for name, holder in zip(removed, ("model runner", "worker"), strict=True):
+        said = rf"vLLM 0\.34 has no [\w.]+\.{name} \(the {holder}'s method the plugin wraps to "
+        assert re.search(said, lines[0]), lines[0]
+    assert "this vLLM moved a name the plugin needs (vllm_plugin/seams.py)" in lines[0]
+    # Refused with its evidence: the boot keeps the failed start's diagnostics, sealed.
+    (boot,) = Archive(run.archive).boots()
+    record = json.loads(boot.read_bytes(diagnostics_path(0)))
+    assert "start_draft_weight_update" in record["validation"]["reason"]
+    assert boot.status == "sealed" and Archive(run.archive).verify().ok

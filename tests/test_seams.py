@@ -4,6 +4,8 @@ The same reads on vLLM 0.33 and 0.34 are in test_vllm_releases."""
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,78 @@ def test_every_familys_suppressed_tokens_name_an_instance_seam():
     named = {f.name: f.suppressed_tokens for f in all_families() if f.suppressed_tokens}
     assert named == {"gemma4-mtp": "gemma4_suppress_token_ids"}
     assert set(named.values()) <= set(seams.INSTANCE_BY_NAME)
+
+
+# -- the methods the plugin wraps (updates.watch): a vLLM that moved one refuses, never skips
+
+
+def _real(where: str) -> object:
+    """An object of vLLM's own class ``module:Class``, built without its ``__init__``."""
+    module_name, _, class_name = where.partition(":")
+    return object.__new__(getattr(importlib.import_module(module_name), class_name))
+
+
+def _moved(obj: object, name: str) -> object:
+    """``obj`` as a vLLM whose class lost method ``name`` would build it."""
+    return object.__new__(type(f"Moved{type(obj).__name__}", (type(obj),), {name: None}))
+
+
+def _holders(release: str = "0.32") -> dict[str, object]:
+    first = {m.holder: m.location(release)[0] for m in seams.WRAPPED_METHODS}
+    return {
+        "model_runner": _real(first[seams.MODEL_RUNNER]),
+        "worker": _real(first[seams.WORKER]),
+        "target": _real("vllm.model_executor.models.llama:LlamaForCausalLM"),
+        "drafter": _real("vllm.model_executor.models.llama_eagle:EagleLlamaForCausalLM"),
+    }
+
+
+def test_vllms_own_runner_worker_and_models_have_every_wrapped_method():
+    from draft_head_fp8.vllm_plugin import updates
+
+    assert updates.unwrappable(**_holders()) is None
+
+
+@pytest.mark.parametrize("method", seams.WRAPPED_METHODS, ids=lambda m: m.name)
+def test_any_wrapped_method_missing_on_a_live_object_is_named_with_its_release(method):
+    from draft_head_fp8.vllm_plugin import updates
+
+    holders = _holders()
+    key = {seams.MODEL_RUNNER: "model_runner", seams.WORKER: "worker", seams.MODEL: "target"}
+    holders[key[method.holder]] = moved = _moved(holders[key[method.holder]], method.name)
+    why = updates.unwrappable(**holders)
+    assert why == (
+        f"vLLM 0.32 has no {type(moved).__module__}.{type(moved).__qualname__}.{method.name} (the "
+        f"{method.holder}'s method the plugin wraps to {method.why}): this vLLM moved a name the "
+        "plugin needs (vllm_plugin/seams.py); refusing to serve a head that a weight update could "
+        "change unproven"
+    )
+
+
+def test_every_wrapped_method_has_its_wrapper_and_no_wrapper_is_outside_the_table():
+    source = (PACKAGE / "vllm_plugin" / "updates.py").read_text()
+    wrapped = set(re.findall(r'^\s+"(\w+)": \(partial\(', source, re.M))
+    assert wrapped == {m.name for m in seams.WRAPPED_METHODS}
+    assert source.count("_wrap(") == 2  # its definition, and the one call that walks the table
+
+
+def test_the_sources_say_which_wrapped_method_a_release_lacks_without_importing_vllm(
+    tmp_path, monkeypatch
+):
+    assert seams.methods_missing_in_source("0.32") == {}
+    # vLLM 0.32's workers with wake_up renamed, first on the path (read, never imported).
+    for module in ("gpu_worker", "cpu_worker"):
+        original = seams._source_of(f"vllm.v1.worker.{module}")
+        moved = tmp_path / "vllm" / "v1" / "worker" / f"{module}.py"
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        moved.write_text(original.read_text().replace("def wake_up(", "def wake_up_renamed("))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    missing = seams.methods_missing_in_source("0.32")
+    assert set(missing) == {
+        "wake_up@vllm.v1.worker.gpu_worker:Worker",
+        "wake_up@vllm.v1.worker.cpu_worker:CPUWorker",
+    }
+    assert missing["wake_up@vllm.v1.worker.cpu_worker:CPUWorker"].startswith(
+        "vLLM 0.32 has no vllm.v1.worker.cpu_worker:CPUWorker.wake_up (the worker's method the "
+        "plugin wraps to prove the head again after sleep restores the weights)"
+    )

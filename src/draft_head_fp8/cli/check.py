@@ -97,11 +97,13 @@ def run(args: argparse.Namespace) -> int:
         report = _json_report(result, sizes, estimate)
         report["vllm"] = vllm
         print(json.dumps(report, indent=2))
-        return EXIT_OK if result.eligible else EXIT_INELIGIBLE
+        return EXIT_OK if result.eligible and not vllm["unwrappable"] else EXIT_INELIGIBLE
     _print_facts(result)
     print(f"vllm       {vllm['line']}")
     if vllm["warning"]:
         print(f"warning    {vllm['warning']}")
+    for why in vllm["unwrappable"]:
+        print(f"refused    with {EXPERIMENT_ENV}=1 start-up is refused: {why}")
     # The head's verdict apart from the device's: a head checked on a laptop for a GPU server.
     if result.head_eligible:
         print("head       eligible (the head's own verdict, the same on every device)")
@@ -129,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if estimate is not None:
         print()
         print(render_estimate(estimate))
-    return EXIT_OK if result.eligible else EXIT_INELIGIBLE
+    return EXIT_OK if result.eligible and not vllm["unwrappable"] else EXIT_INELIGIBLE
 
 
 def _device(device: str) -> str:
@@ -144,13 +146,19 @@ def _vllm_support() -> dict:
     """The installed vLLM, and how this package was tested with it (support.py): a warning outside
     the tested releases, never a different exit code (the verdict is the head's)."""
     from draft_head_fp8.machine import this_machine
-    from draft_head_fp8.support import describe, how_tested
+    from draft_head_fp8.support import describe, how_tested, release_of
+    from draft_head_fp8.vllm_plugin.seams import methods_missing_in_source
 
     machine = this_machine()
     distribution, version = machine.vllm_build, machine.vllm_version
     line, warning = describe(distribution, version, machine.cpu_engine)
     found = how_tested(version) if version else None
     return {
+        # The methods the plugin wraps, read from the installed vLLM's sources (not imported):
+        # one missing refuses start-up with the flag on (vllm_plugin/seams.py).
+        "unwrappable": sorted(methods_missing_in_source(release_of(version)).values())
+        if version and release_of(version)
+        else [],
         "distribution": distribution,
         "version": version,
         "cpu_build": machine.cpu_engine,

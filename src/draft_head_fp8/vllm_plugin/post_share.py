@@ -205,7 +205,11 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
         draft_sample_method=armed.plan.draft_sample_method,
         rows_source=shared_head.rows_source(armed.plan.head),
     )
-    failure = _first_failure(receipt, pick)
+    worker = find_worker_on_stack(sys._getframe())
+    # A vLLM that moved a method the plugin wraps: refused here, not skipped without a word.
+    failure = _first_failure(receipt, pick) or updates.unwrappable(
+        model_runner, worker, modules.target, drafter
+    )
     target = modules.target
     record = diagnostics.record(
         phase=POST_SHARE,
@@ -239,7 +243,7 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
     # From now on every weight update proves the head again (reload, transfer, load_weights).
     updates.watch(
         drafter, modules.target, armed=armed, boot=boot, where=where, model_runner=model_runner,
-        worker=find_worker_on_stack(sys._getframe()),
+        worker=worker,
     )  # fmt: skip
     if armed.plan.head.when == AT_SHARE:
         for path, _ in drafter.named_modules(remove_duplicate=False):

@@ -14,10 +14,13 @@ Importing this module imports nothing of vLLM's; ``read`` imports the seam's mod
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
+import sys
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 # The releases the table was read from, oldest first (support.py says how each is tested).
@@ -139,6 +142,67 @@ INSTANCE_SEAMS = (
 INSTANCE_BY_NAME = {seam.name: seam for seam in INSTANCE_SEAMS}
 
 
+# Who holds a wrapped method: the objects the plugin finds in the worker at the share.
+MODEL_RUNNER, WORKER, MODEL = "model runner", "worker", "model"
+
+
+@dataclass(frozen=True)
+class WrappedMethod:
+    """A vLLM method the plugin wraps (``updates.watch``) to prove the head again when it runs.
+    Missing, it would be skipped without a word and a weight update would go unproven: with the
+    flag on, a missing one refuses start-up (``unwrappable``), and ``missing`` checks each
+    release's classes for it."""
+
+    name: str  # the method's name, as vLLM calls it
+    holder: str  # MODEL_RUNNER, WORKER or MODEL
+    why: str  # what the plugin proves when it runs
+    where: dict[str, tuple[str, ...]]  # release -> the "module:Class"es that must have it
+
+    location = Seam.location
+
+
+_V1_RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
+_MRV2_RUNNER = "vllm.v1.worker.gpu.model_runner:GPUModelRunner"
+_V1_CPU_RUNNER = "vllm.v1.worker.cpu_model_runner:CPUModelRunner"
+_MRV2_CPU_RUNNER = "vllm.v1.worker.cpu.model_runner:CPUModelRunner"
+_RUNNERS = {
+    "0.32": (_V1_RUNNER, _V1_CPU_RUNNER, _MRV2_RUNNER, _MRV2_CPU_RUNNER),
+    "0.33": (_V1_RUNNER, _V1_CPU_RUNNER, _MRV2_RUNNER, _MRV2_CPU_RUNNER),
+    "0.34": (_MRV2_RUNNER, _MRV2_CPU_RUNNER),  # 0.34 removed V1
+}
+_WORKERS = {
+    release: ("vllm.v1.worker.gpu_worker:Worker", "vllm.v1.worker.cpu_worker:CPUWorker")
+    for release in RELEASES
+}
+# load_weights is every model's; these stand for them in the release check (the live target and
+# drafter are checked at start-up).
+_MODELS = {
+    release: (
+        "vllm.model_executor.models.llama:LlamaForCausalLM",
+        "vllm.model_executor.models.llama_eagle:EagleLlamaForCausalLM",
+        "vllm.model_executor.models.deepseek_mtp:DeepSeekMTP",
+    )
+    for release in RELEASES
+}
+
+WRAPPED_METHODS = (
+    WrappedMethod("reload_weights", MODEL_RUNNER, "prove the head again after vLLM reloads the "
+                  "weights", _RUNNERS),
+    WrappedMethod("start_weight_update", WORKER, "know that a weight-transfer session of the "
+                  "target began", _WORKERS),
+    WrappedMethod("start_draft_weight_update", WORKER, "refuse or watch a weight-transfer "
+                  "session of the drafter", _WORKERS),
+    WrappedMethod("finish_weight_update", WORKER, "prove the head again where a weight-transfer "
+                  "session ends", _WORKERS),
+    WrappedMethod("wake_up", WORKER, "prove the head again after sleep restores the weights",
+                  _WORKERS),
+    WrappedMethod("shutdown", WORKER, "keep the boot's last record (the certified pick's counts) "
+                  "when the engine shuts down", _WORKERS),
+    WrappedMethod("load_weights", MODEL, "notice a write into the target or the drafter outside "
+                  "an announced update, and prove the head before the next draft step", _MODELS),
+)  # fmt: skip
+
+
 class SeamMissing(AttributeError):
     """A name the plugin reads is not where the installed vLLM should keep it."""
 
@@ -193,7 +257,6 @@ def read_from(obj: Any, name: str, default: Any = None, release: str | None = No
 def _assigned_in_class(where: str) -> None:
     """Raise ``SeamMissing`` unless ``module:Class.attribute``'s class assigns
     ``self.attribute`` in one of its methods (read from its source: no object is built)."""
-    import ast
     import inspect
     import textwrap
 
@@ -221,6 +284,16 @@ def missing(release: str | None = None) -> dict[str, str]:
             read(seam.name, release)
         except SeamMissing as exc:
             found[seam.name] = str(exc)
+    for method in WRAPPED_METHODS:
+        for where in method.location(release or installed_release()):
+            try:
+                _has_method(where, method.name)
+            except (ImportError, AttributeError) as exc:
+                found[f"{method.name}@{where}"] = (
+                    f"vLLM {release or installed_release()} has no {where}.{method.name} (the "
+                    f"{method.holder}'s method the plugin wraps to {method.why}); "
+                    f"{type(exc).__name__}: {exc}"
+                )
     for instance_seam in INSTANCE_SEAMS:
         where = instance_seam.location(release or installed_release())
         try:
@@ -231,6 +304,89 @@ def missing(release: str | None = None) -> dict[str, str]:
                 f"{instance_seam.why}); {type(exc).__name__}: {exc}"
             )
     return found
+
+
+def _has_method(where: str, method: str) -> None:
+    """Raise unless ``module:Class`` has a callable ``method`` (its own or inherited)."""
+    if not callable(getattr(_resolve(where), method, None)):
+        raise AttributeError(f"{where.replace(':', '.')} has no method {method}")
+
+
+def _source_of(module_name: str) -> Path | None:
+    """The file of ``module_name`` found on ``sys.path`` without importing it (or vLLM)."""
+    parts = module_name.split(".")
+    for entry in sys.path:
+        base = Path(entry or ".").joinpath(*parts)
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _class_in_source(module_name: str, class_name: str) -> ast.ClassDef | None:
+    path = _source_of(module_name)
+    if path is None:
+        return None
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return node
+    return None
+
+
+def _defined_in_source(module_name: str, class_name: str, method: str, depth: int = 0) -> bool:
+    """Whether ``module_name:class_name`` defines ``method``, itself or through a base class
+    its module imports from vLLM, read from the sources alone (nothing imported)."""
+    path = _source_of(module_name)
+    node = _class_in_source(module_name, class_name)
+    if path is None or node is None or depth > 8:
+        return False
+    if any(
+        isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == method
+        for item in node.body
+    ):
+        return True
+    imported = {
+        alias.asname or alias.name: (item.module, alias.name)
+        for item in ast.parse(path.read_text()).body
+        if isinstance(item, ast.ImportFrom) and item.module
+        for alias in item.names
+    }
+    for base in node.bases:
+        name = base.id if isinstance(base, ast.Name) else None
+        if name is None:
+            continue
+        module, cls = imported.get(name, (module_name, name))
+        if module.startswith("vllm") and _defined_in_source(module, cls, method, depth + 1):
+            return True
+    return False
+
+
+def methods_missing_in_source(release: str) -> dict[str, str]:
+    """The wrapped methods the vLLM on ``sys.path`` lacks where the table says ``release`` keeps
+    them, read from its sources without importing vLLM (what ``check`` says before a start)."""
+    found = {}
+    for method in WRAPPED_METHODS:
+        for where in method.location(release):
+            module_name, _, class_name = where.partition(":")
+            if not _defined_in_source(module_name, class_name, method.name):
+                found[f"{method.name}@{where}"] = (
+                    f"vLLM {release} has no {where}.{method.name} (the {method.holder}'s method "
+                    f"the plugin wraps to {method.why})"
+                )
+    return found
+
+
+def method_missing(method: WrappedMethod, obj: Any, release: str | None = None) -> str | None:
+    """Why ``obj`` (the live runner, worker or model) cannot have ``method`` wrapped, else None."""
+    if callable(getattr(obj, method.name, None)):
+        return None
+    cls = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return (
+        f"vLLM {release or installed_release()} has no {cls}.{method.name} (the {method.holder}'s "
+        f"method the plugin wraps to {method.why}): this vLLM moved a name the plugin needs "
+        "(vllm_plugin/seams.py); refusing to serve a head that a weight update could change "
+        "unproven"
+    )
 
 
 def private_names() -> frozenset[str]:

@@ -42,7 +42,7 @@ from draft_head_fp8.checkpoint import tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.families.family import AT_SHARE
 from draft_head_fp8.policy import draft_update_refused
-from draft_head_fp8.vllm_plugin import update_proof
+from draft_head_fp8.vllm_plugin import seams, update_proof
 from draft_head_fp8.vllm_plugin.refusal import announce_refused_call
 
 logger = init_logger(f"vllm.{__name__}")
@@ -50,12 +50,35 @@ logger = init_logger(f"vllm.{__name__}")
 TARGET, DRAFT = "target", "draft"
 
 
+def _holders(model_runner: Any, worker: Any, target: Any, drafter: Any) -> dict[str, tuple]:
+    """The objects that hold each kind of wrapped method in this worker (None: not found there,
+    e.g. a drafter built outside a model runner: nothing can call those methods)."""
+    return {
+        seams.MODEL_RUNNER: (model_runner,),
+        seams.WORKER: (worker,),
+        seams.MODEL: (target, drafter),
+    }
+
+
+def unwrappable(model_runner: Any, worker: Any, target: Any, drafter: Any) -> str | None:
+    """Why a method the plugin must wrap is missing on the objects this worker serves with (the
+    seams table's ``WRAPPED_METHODS``), else None: the flag then refuses start-up, since a weight
+    update through that method would go unproven."""
+    holders = _holders(model_runner, worker, target, drafter)
+    found = [
+        why
+        for method in seams.WRAPPED_METHODS
+        for obj in holders[method.holder]
+        if obj is not None and (why := seams.method_missing(method, obj)) is not None
+    ]
+    return "; ".join(found) or None
+
+
 def _wrap(owner: Any, name: str, around: Any) -> None:
     """``owner.name`` (an instance's method) replaced by ``around(original, *args, **kwargs)``:
-    this worker's objects only, flag on only."""
-    original = getattr(owner, name, None)
-    if original is None:
-        return
+    this worker's objects only, flag on only. Every name is a row of the seams table, checked at
+    the share (``unwrappable``): one missing here is a bug, never a skip."""
+    original = getattr(owner, name)
 
     @functools.wraps(original)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -154,16 +177,20 @@ def watch(
     """Watch the proven head of ``drafter`` for weight updates, on this worker."""
     w = Watch(drafter=drafter, target=target, armed=armed, boot=boot, where=where)
     w.modules().head.quant_method.watch = w
-    if model_runner is not None:
-        _wrap(model_runner, "reload_weights", partial(_reload, w))
-    if worker is not None:
-        _wrap(worker, "start_weight_update", partial(_start, w, TARGET))
-        _wrap(worker, "start_draft_weight_update", partial(_start, w, DRAFT))
-        _wrap(worker, "finish_weight_update", partial(_finish, w))
-        _wrap(worker, "wake_up", partial(_wake_up, w))
-        _wrap(worker, "shutdown", partial(_shutdown, w))
-    for model, which in ((target, TARGET), (drafter, DRAFT)):
-        _wrap(model, "load_weights", partial(_load_weights, w, which))
+    around = {
+        "reload_weights": (partial(_reload, w),),
+        "start_weight_update": (partial(_start, w, TARGET),),
+        "start_draft_weight_update": (partial(_start, w, DRAFT),),
+        "finish_weight_update": (partial(_finish, w),),
+        "wake_up": (partial(_wake_up, w),),
+        "shutdown": (partial(_shutdown, w),),
+        "load_weights": (partial(_load_weights, w, TARGET), partial(_load_weights, w, DRAFT)),
+    }
+    holders = _holders(model_runner, worker, target, drafter)
+    for method in seams.WRAPPED_METHODS:  # the table is the list: a new row needs its wrapper
+        for obj, wrapper in zip(holders[method.holder], around[method.name], strict=True):
+            if obj is not None:
+                _wrap(obj, method.name, wrapper)
     return w
 
 
