@@ -25,7 +25,7 @@ from pathlib import Path
 
 import engine_pool
 
-from draft_head_fp8 import harness
+from draft_head_fp8 import harness, support
 from draft_head_fp8.cli.compare import DEFAULT_PROMPTS
 from draft_head_fp8.machine import this_machine
 
@@ -102,7 +102,7 @@ class Engine:
         PYTHONPATH (the composed 0.34 folder, the Triton stand-in), and Triton's interpreter."""
         env = dict(env or {})
         first = []
-        if self.release == "0.34":
+        if support.row(self.release).setup == support.COMPOSED:  # the release table's
             first.append(str(vllm_034()))
         if self.runner == "mrv2":
             first.append(str(TRITON_CPU_STANDIN))

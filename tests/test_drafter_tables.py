@@ -25,7 +25,7 @@ def fresh():
 
     def table(release: str) -> str:
         if release not in tables:
-            first = [vllm_034()] if release == "0.34" else []
+            first = drafter_tables.release_path(release, composed_034=vllm_034)
             tables[release] = drafter_tables.generate(release, first=first)
         return tables[release]
 

@@ -5,6 +5,7 @@ and exit code unchanged."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from draft_head_fp8.vllm_plugin import seams
 from tools import vllm_releases
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "draft_head_fp8"
 
 
 @pytest.mark.parametrize(
@@ -29,6 +31,26 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_each_version_is_tested_by_its_release(version, kind):
     found = how_tested(version)
     assert (found.kind if found else None) == kind
+
+
+def test_one_module_lists_the_releases_and_every_other_reads_it():
+    from engine_support import ENGINES
+
+    from tools import drafter_tables, vllm_cpu_engine
+
+    assert seams.RELEASES is support.RELEASES
+    assert vllm_releases.VERSIONS is support.DOWNLOADED
+    assert vllm_cpu_engine.VERSION == support.COMPOSED_VERSION == "0.34.0"
+    assert drafter_tables.RELEASES == support.ENGINE_RELEASES == ("0.32", "0.34")
+    # Every engine the suite runs is a runner of an engine-tested release.
+    for engine in ENGINES.values():
+        found = support.row(engine.release)
+        assert found.kind == ENGINE_TESTED and engine.runner in found.runners, engine
+    # No other module of the package, the tools or the tests spells a release's version.
+    spelled = re.compile(r"""(["'])0\.3[2-9](\.\d+)?\1""")
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "tools").glob("*.py")]:
+        if path.name not in {"support.py", "seams.py"}:
+            assert not spelled.search(path.read_text()), path
 
 
 def test_the_tested_releases_are_the_seams_tables_and_the_compatibility_tests():

@@ -23,10 +23,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from draft_head_fp8 import support
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 TOOL = "python -m tools.drafter_tables"
-RELEASES = ("0.32", "0.34")
+RELEASES = support.ENGINE_RELEASES  # the releases whose engines the suite runs
 # Written by the subprocess: the table, rendered with that release's vLLM imported.
 _CHILD = (
     "import sys\n"
@@ -54,12 +56,11 @@ def _composed_034() -> Path:
 
 
 def release_path(release: str, composed_034: Callable[[], Path] = _composed_034) -> list[Path]:
-    """What goes first on ``PYTHONPATH`` for ``release``: nothing for the venv's 0.32."""
-    if release == "0.32":
-        return []
-    if release == "0.34":
-        return [composed_034()]
-    raise SystemExit(f"no table for vLLM {release} (known: {', '.join(RELEASES)})")
+    """What goes first on ``PYTHONPATH`` for ``release``: nothing for the venv's own vLLM, the
+    composed CPU engine for the release support.py composes."""
+    if release not in RELEASES:
+        raise SystemExit(f"no table for vLLM {release} (known: {', '.join(RELEASES)})")
+    return [] if support.row(release).setup == support.INSTALLED else [composed_034()]
 
 
 def child_env(first: list[Path]) -> dict[str, str]:

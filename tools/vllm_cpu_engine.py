@@ -41,9 +41,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from draft_head_fp8 import support
 from tools import vllm_releases
 
-VERSION = "0.34.0"
+VERSION = support.COMPOSED_VERSION  # the release support.py's table composes for CPU
 KERNELS_ENV = "DRAFT_HEAD_FP8_VLLM_CPU_KERNELS"
 # What a CPU build of vLLM compiles, on x86 (platforms/cpu.py loads one _C* by the CPU's flags).
 LIBRARIES = ("_C.abi3.so", "_C_AVX2.abi3.so", "_C_AVX512.abi3.so", "spinloop.abi3.so",

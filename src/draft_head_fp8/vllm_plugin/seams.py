@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import ast
 import importlib
-import re
 import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-# The releases the table was read from, oldest first (support.py says how each is tested).
-RELEASES = ("0.32", "0.33", "0.34")
+from draft_head_fp8 import support
+
+# The releases the table was read from, oldest first: support.py's (how each is tested).
+RELEASES = support.RELEASES
 
 
 @dataclass(frozen=True)
@@ -212,11 +213,11 @@ def release_key(release: str) -> tuple[int, ...]:
 
 
 def release_of(version: str) -> str:
-    """``"0.34"`` of ``"0.34.0"``, ``"0.32.0+cpu"``, ``"0.33.1rc1"``."""
-    match = re.match(r"(\d+)\.(\d+)", version)
-    if match is None:
+    """``"0.34"`` of ``"0.34.0"``, ``"0.32.0+cpu"``, ``"0.33.1rc1"`` (support.py's reading)."""
+    release = support.release_of(version)
+    if release is None:
         raise ValueError(f"not a vLLM version: {version!r}")
-    return f"{int(match[1])}.{int(match[2])}"
+    return release
 
 
 @cache
