@@ -1,7 +1,7 @@
 """The head method's certified pick (docs/certificate.md): the bound made once the head's bytes
 are (at load, and again after each weight update), the pick each draft-head call goes through,
-and the facts and counts the diagnostics record. The arithmetic is ``certificate``'s; this is
-where the head method holds it."""
+and the facts and counts the diagnostics record. The arithmetic is ``certificate``'s; the head
+method owns what this makes (it asks, it keeps)."""
 
 from __future__ import annotations
 
@@ -26,27 +26,27 @@ def bound_kernel(method: Any) -> str:
     return certificate.KERNEL_W8A16 if packed else certificate.KERNEL_SCALED_MM
 
 
-def make_bound(method: Any, source: torch.Tensor, quantized: Any) -> None:
-    """The bound of ``method``'s head made from its BF16 rows and their FP8 copy (its counts
-    made once, at load, and kept for the boot); nothing where the certificate is off."""
+def make_bound(method: Any, source: torch.Tensor, quantized: Any) -> tuple[Any, dict | None]:
+    """The bound of ``method``'s head made from its BF16 rows and their FP8 copy, and its facts
+    for the diagnostics; (None, None) where the certificate is off. The head method keeps both."""
     if not method.certify:
-        method.bound = None
-        return
+        return None, None
     started = time.perf_counter()
     kernel = bound_kernel(method)
     errors = certificate.row_error_norms(source, quantized, kernel=kernel)
-    method.bound = certificate.logit_bound(errors, hidden=int(source.shape[1]), kernel=kernel)
-    if getattr(method, "pick_counts", None) is None:  # kept across weight updates: per boot
-        method.pick_counts = torch.zeros(
-            len(certificate.COUNT_NAMES), dtype=torch.int64, device=source.device
-        )
-    method.bound_facts = {
+    bound = certificate.logit_bound(errors, hidden=int(source.shape[1]), kernel=kernel)
+    return bound, {
         "kernel": kernel,
         "top_k": method.rescore_k,
         "wide_k": WIDE_RESCORE_TOPK,
         "max_row_error": float(errors.error.max()) if errors.error.numel() else 0.0,
         "seconds": round(time.perf_counter() - started, 6),
     }
+
+
+def new_counts(device: torch.device) -> torch.Tensor:
+    """How many draft rows each stage decided, on the device, zero: made once per boot."""
+    return torch.zeros(len(certificate.COUNT_NAMES), dtype=torch.int64, device=device)
 
 
 def pick(method: Any, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ What is decided at construction depends on when the head's bytes exist (the fami
 
 from __future__ import annotations
 
-from functools import cache, partial
+from functools import cache
 from typing import Any
 
 from vllm.config import VllmConfig
@@ -26,7 +26,7 @@ from vllm.logger import init_logger
 from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
 from draft_head_fp8 import families, settings
-from draft_head_fp8.checkpoint import resolve_model_dir, tensor_sha256_as
+from draft_head_fp8.checkpoint import resolve_model_dir
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.exact_pick import guarantee
 from draft_head_fp8.families.family import AT_SHARE, DRAFT, Family, HeadSource
@@ -36,6 +36,7 @@ from draft_head_fp8.policy import (
     vllm_head_quantization_conflict,
 )
 from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share, seams, vllm_classes
+from draft_head_fp8.vllm_plugin.head_method import checkpoint_of
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import (
     announce_choices,
@@ -155,23 +156,11 @@ class DraftHeadFp8Drafter:
             return
         self._check_seam(head)
         plan = head_plan(self.family, vllm_config, head)
-        indices = self.lm_head.shard_indices
-        method.checkpoint_source = partial(
-            tensor_sha256_as,
-            plan.checkpoint_dir,
-            self.lm_head.weight.dtype,
-            plan.head.tensor,
-            # This rank's real rows only: at TP N each rank holds a vocab shard.
-            rows=(indices.org_vocab_start_index, indices.org_vocab_end_index),
+        checkpoint = checkpoint_of(
+            plan.checkpoint_dir, self.lm_head, self.lm_head.weight.dtype, plan.head.tensor
         )
         method.install(
-            self.lm_head,
-            rescore_k=plan.rescore_k,
-            cpu_kernel=plan.cpu_kernel,
-            bf16_from=plan.bf16_from,
-            suppress_tokens=self._suppressed_tokens(),
-            certify=plan.certify,
-            head_kernel=plan.head_kernel,
+            self.lm_head, plan, checkpoint=checkpoint, suppress_tokens=self._suppressed_tokens()
         )
         post_share.arm(self, vllm_config, plan)
         logger.info(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -39,13 +40,14 @@ from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBa
 from vllm.model_executor.layers.quantization.online.fp8 import Fp8PerTensorOnlineLinearMethod
 from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
 
+from draft_head_fp8.checkpoint import tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.diagnostics import head_record
 from draft_head_fp8.fp8 import QuantizedHead, head_amax, quantize_per_tensor, tensor_sha256
 from draft_head_fp8.layouts import LAYOUT_PLAIN
 from draft_head_fp8.rescore import rescore_top_k
 from draft_head_fp8.settings import BF16_FROM_NEVER
-from draft_head_fp8.vllm_plugin import batch_paths, certified_pick, remake
+from draft_head_fp8.vllm_plugin import batch_paths, certified_pick
 from draft_head_fp8.vllm_plugin.fused_kernel import FusedW8A16HeadKernel
 from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
@@ -83,6 +85,16 @@ def _check_padding(source: torch.Tensor, real_rows: int) -> None:
             f"draft head shard has non-zero padding rows past its {real_rows} real rows; "
             "refusing to quantize bytes that are not the checkpoint's"
         )
+
+
+def checkpoint_of(folder: Any, head: torch.nn.Module, dtype: torch.dtype, tensor: str) -> Any:
+    """What vouches for a head's bytes: the hash of ``tensor`` in the checkpoint ``folder``, this
+    rank's real rows only (at TP N each rank holds a vocab shard), computed when asked."""
+    indices = head.shard_indices
+    return partial(
+        tensor_sha256_as, folder, dtype, tensor,
+        rows=(indices.org_vocab_start_index, indices.org_vocab_end_index),
+    )  # fmt: skip
 
 
 class DraftHeadFp8LinearMethod(QuantizeMethodBase):
@@ -124,24 +136,30 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         # how many draft rows each stage has decided (on the device; read off the hot path).
         self.certify = False
         self.bound: Any = None  # certificate.LogitBound
+        self.bound_facts: dict | None = None  # what the diagnostics say of it
         self.pick_counts: torch.Tensor | None = None
+        self.target_head: torch.nn.Module | None = None  # the target's head, for a shared head
 
     def install(
         self,
         head: torch.nn.Module,
+        plan: Any,
         *,
-        rescore_k: int,
-        cpu_kernel: str,
-        bf16_from: str | int = BF16_FROM_NEVER,
+        checkpoint: Any,
+        checkpoint_owner: str = "assistant",
         suppress_tokens: list[int] | None = None,
-        certify: bool = False,
-        head_kernel: str = "auto",
+        serving_dtype: torch.dtype | None = None,
     ) -> None:
-        """Take over a constructed, tied ``ParallelLMHead``: choose the FP8 kernel for this
-        rank's shape, how many candidates to rescore, and whether each pick is certified.
+        """Take over a constructed, tied ``ParallelLMHead`` as the ``plan`` says (``plan.py``):
+        choose the FP8 kernel and the pick for this rank's shape (``kernels``), how many candidates
+        to rescore, and whether each pick is certified; ``checkpoint`` (``checkpoint_of``) is what
+        the bytes must match, the ``checkpoint_owner``'s.
 
-        The weight stays the tied BF16 embedding Parameter until ``process_weights_after_loading``.
-        """
+        The weight stays the tied BF16 embedding Parameter until ``process_weights_after_loading``
+        (or ``make_from``, for a head whose bytes exist only at the share)."""
+        if serving_dtype is not None:
+            self.input_dtype = self.out_dtype = serving_dtype
+        self.checkpoint_source, self.checkpoint_owner = checkpoint, checkpoint_owner
         shape = tuple(head.weight.shape)  # [this rank's rows, hidden]
         config = FP8ScaledMMLinearLayerConfig(
             weight_quant_key=self.weight_quant_key,
@@ -150,9 +168,10 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             out_dtype=self.out_dtype,
             weight_shape=shape,
         )
+        rescore_k = plan.rescore_k
         self.kernel = choose_head_kernel(
-            config, cpu_kernel=cpu_kernel, head_kernel=head_kernel, certify=certify,
-            rescore_k=rescore_k,
+            config, cpu_kernel=plan.cpu_kernel, head_kernel=plan.head_kernel,
+            certify=plan.certify, rescore_k=rescore_k,
         )  # fmt: skip
         self.weight_layout = self.kernel.layout
         # The fused kernel is this package's own, not one of vLLM's: nothing of vLLM's to make.
@@ -173,8 +192,8 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         indices = head.shard_indices
         self.real_rows = int(indices.num_org_elements)
         self.rescore_k = min(rescore_k, shape[0])
-        self.certify = certify and self.rescore_k > 0
-        self.bf16_setting = bf16_from
+        self.certify = plan.certify and self.rescore_k > 0
+        self.bf16_setting = plan.bf16_from
         start, end = indices.org_vocab_start_index, indices.org_vocab_end_index
         self.suppress_tokens = [t - start for t in suppress_tokens or () if start <= t < end]
         head.quant_method = self
@@ -190,7 +209,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         if getattr(layer, "_draft_head_fp8_done", False):
             return
         try:
-            self._quantize(layer, layer.weight, bf16_layer=None)
+            self._make(layer, layer.weight, in_place=False)
         except Exception as exc:
             announce_refusal(exc)
             raise
@@ -199,15 +218,20 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         """A head whose bytes exist only at the share: made from the target head's BF16 weight,
         which stays the target's (read, never written) and is the exact pick's rows; the target
         head itself serves the BF16 path, so no BF16 copy is added."""
-        self.bf16_layer = target_head
-        self._quantize(layer, target_head.weight, bf16_layer=target_head)
+        self.target_head = self.bf16_layer = target_head
+        self._make(layer, target_head.weight, in_place=False)
 
     def remake(
         self, layer: torch.nn.Module, source: torch.Tensor, checkpoint_source: Any = None
     ) -> None:
-        """After a weight update: the FP8 copy made again from ``source`` as it now is, in place
-        (``remake.remake``)."""
-        remake.remake(self, layer, source, checkpoint_source)
+        """After a weight update: the FP8 copy made again from ``source`` as it now is, by the
+        path that made it at start-up, written in place. ``checkpoint_source``: the checkpoint
+        the update named (``checkpoint_of``), else None (weights that came with the update).
+        Raises ``HeadFp8EligibilityError`` (or ``NonFiniteHeadError``) and changes nothing the
+        head serves when the new bytes cannot be served in FP8; the caller then serves the BF16
+        rows (``serve_bf16_rows``)."""
+        self.checkpoint_source = checkpoint_source
+        self._make(layer, source, in_place=True)
 
     def serve_bf16_rows(self, layer: torch.nn.Module, source: torch.Tensor, reason: str) -> None:
         """Every draft-head call from now on served by the head's own BF16 rows (``source``),
@@ -223,9 +247,12 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         }  # fmt: skip
 
     @torch.no_grad()
-    def _quantize(
-        self, layer: torch.nn.Module, source: torch.Tensor, bf16_layer: torch.nn.Module | None
-    ) -> None:
+    def _make(self, layer: torch.nn.Module, source: torch.Tensor, *, in_place: bool) -> None:
+        """The one way the head's FP8 state is made, at start-up and after every weight update:
+        hash ``source`` (this rank's BF16 rows) against the checkpoint, quantize with the whole
+        head's scale, make the certificate's bound, hand the bytes to the kernel (a new Parameter
+        at start-up; ``in_place``: written into the ones installed, so CUDA graphs captured on
+        them keep reading valid bytes), choose the batch paths, and record it all."""
         if source.device.type == "meta":
             raise HeadFp8EligibilityError(
                 "draft head weight was never loaded (still on the meta device): refusing to "
@@ -237,10 +264,29 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             real = int(getattr(layer, "org_vocab_size", source.shape[0]))
         made = self._hash_and_quantize(layer, source, real)
         self._check_checkpoint(made)
-        self._install(layer, made.quantized, source)
-        paths = self._choose_paths(layer, source, bf16_layer)
+        # The bound reads the FP8 bytes row-major: made before vLLM packs them (its packing may
+        # rewrite the same storage in VNNI tiles).
+        bound, facts = certified_pick.make_bound(self, source, made.quantized)
+        if in_place:
+            self._write_in_place(layer, made.quantized)
+        else:
+            self._install(layer, made.quantized)
+        self.bound, self.bound_facts = bound, facts
+        if bound is not None and self.pick_counts is None:  # kept across weight updates: per boot
+            self.pick_counts = certified_pick.new_counts(source.device)
+        # The kernel may rewrite layer.weight_scale in place: the scale made is kept apart.
+        self.stored_scale = made.quantized.scale
+        # The BF16 tensor the copy was made from, whatever k: a later proof re-makes from it,
+        # and (k > 0) the exact pick reads these rows, just hashed against the checkpoint.
+        self.source_rows = source
+        self.rescore_rows = source if self.rescore_k else None
+        if self.rescore_k and self.suppress_tokens:
+            self.suppressed = torch.tensor(self.suppress_tokens, device=source.device)
+        # The BF16 rows' GEMM is prepared from the rows as they now are (oneDNN keeps a
+        # reordered copy of its own); the target's own head is vLLM's to redo.
+        paths = self._choose_paths(layer, source, self.bf16_layer)
+        self.fallback_reason = None
         layer._draft_head_fp8_done = True
-        done = time.perf_counter()
         self.diagnostics = head_record(
             source=source,
             rows_hashed=real,
@@ -252,7 +298,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             seconds={
                 "hash_source": made.hashed - started,
                 "quantize": made.quantized_at - made.hashed,
-                "total_with_checkpoint_hash": done - started,
+                "total_with_checkpoint_hash": time.perf_counter() - started,
             },
             weight_layout=self.weight_layout,
             kernel_warning=self.kernel.warning if self.kernel else None,
@@ -286,29 +332,30 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
                 "from something else"
             )
 
-    def _install(
-        self, layer: torch.nn.Module, quantized: QuantizedHead, source: torch.Tensor
-    ) -> None:
+    def _install(self, layer: torch.nn.Module, quantized: QuantizedHead) -> None:
         # A new Parameter, never a copy into the old one: the BF16 source is the draft embedding
         # (which the proposer is about to replace by the target's) or the target's own head, and
-        # its bytes stay as loaded.
-        # The bound reads the FP8 bytes row-major: made before vLLM packs them (its packing may
-        # rewrite the same storage in VNNI tiles).
-        certified_pick.make_bound(self, source, quantized)
+        # its bytes stay as loaded. The kernel reads layer.weight_scale and may rewrite it in
+        # place (vLLM's replace_parameter reuses storage of the same size): a clone.
         layer.weight = Parameter(quantized.weight.t(), requires_grad=False)
-        # The kernel reads layer.weight_scale and may rewrite it in place (vLLM's
-        # replace_parameter reuses storage of the same size); the stored scale is kept apart.
-        self.stored_scale = quantized.scale
         layer.weight_scale = Parameter(quantized.scale.clone(), requires_grad=False)
         layer.input_scale = None
         self.fp8_linear.process_weights_after_loading(layer)
-        # The BF16 tensor the copy was made from, whatever k: a later proof re-makes from it.
-        self.source_rows = source
-        if self.rescore_k:
-            # The tensor just hashed against the checkpoint: the exact pick reads these rows.
-            self.rescore_rows = source
-            if self.suppress_tokens:
-                self.suppressed = torch.tensor(self.suppress_tokens, device=source.device)
+
+    def _write_in_place(self, layer: torch.nn.Module, quantized: QuantizedHead) -> None:
+        # vLLM's packing on a scratch module, as at load, then every tensor checked before any
+        # is written: a head is never left half re-made.
+        scratch = torch.nn.Module()
+        self._install(scratch, quantized)
+        for name in ("weight", "weight_scale"):
+            mine, new = getattr(layer, name), getattr(scratch, name)
+            if mine.shape != new.shape or mine.dtype != new.dtype:
+                raise HeadFp8EligibilityError(
+                    f"the re-made FP8 head's {name} is {new.dtype} {list(new.shape)}, not the "
+                    f"{mine.dtype} {list(mine.shape)} the engine serves"
+                )
+        for name in ("weight", "weight_scale"):
+            getattr(layer, name).copy_(getattr(scratch, name))
 
     @property
     def certified(self) -> bool:

@@ -17,6 +17,8 @@ import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from draft_head_fp8.evidence import diagnostics
+from draft_head_fp8.evidence.ranks import cross_rank_problems, rank_summary
 from draft_head_fp8.nodes import NodePlace, place, single_node
 
 T = TypeVar("T")
@@ -95,3 +97,27 @@ def in_node_turns(
     if error is not None:
         raise error
     return result
+
+
+def cross_check(
+    *, rank: int, tp_size: int, failure: str | None, receipt: dict, record: dict, pick: dict,
+    keep_ranks: Callable[[dict], None] | None,
+) -> str | None:  # fmt: skip
+    """Each rank proved its own shard; together they must be one head (at start-up and after
+    every weight update alike). Every rank reaches this point, a failed one too, so no rank waits
+    for another that already gave up; rank 0 keeps the ranks' record (``keep_ranks``, None where
+    nothing can be kept). Returns this rank's failure, else the ranks' disagreement (None: they
+    agree)."""
+    mine = rank_summary(
+        rank=rank, tp_size=tp_size, failure=failure, receipt=receipt,
+        scale=record["head"].get("scale"), top_k=pick["top_k"],
+    )  # fmt: skip
+    summaries = exchange(mine, tp_size)
+    problems = cross_rank_problems(summaries, tp_size)
+    if rank == 0 and keep_ranks is not None:
+        keep_ranks(
+            diagnostics.ranks_record(tp_size=tp_size, summaries=summaries, problems=problems)
+        )
+    if problems and failure is None:
+        failure = "across ranks: " + "; ".join(problems)
+    return failure

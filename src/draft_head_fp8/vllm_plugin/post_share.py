@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 import uuid
 import weakref
+from functools import partial
 from typing import Any
 
 import torch
@@ -40,7 +41,6 @@ from draft_head_fp8.evidence import (
 from draft_head_fp8.evidence.diagnostics import describe_paths
 from draft_head_fp8.evidence.encoding import document_bytes
 from draft_head_fp8.evidence.exact_pick import pick_record, validate_pick
-from draft_head_fp8.evidence.ranks import cross_rank_problems, rank_summary
 from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
 from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.families.family import AT_SHARE, Modules, draft_heads, is_head
@@ -231,7 +231,10 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
     if not_archived is not None:  # raised below, once the other ranks have heard of it
         failure = failure or str(not_archived)
     if tp_size > 1:
-        failure = _cross_check(boot, rank, tp_size, failure, receipt, record, pick)
+        failure = launch.cross_check(
+            rank=rank, tp_size=tp_size, failure=failure, receipt=receipt, record=record,
+            pick=pick, keep_ranks=None if boot is None else partial(_keep, boot, RANKS_PATH),
+        )  # fmt: skip
     _seal(None if not_archived is not None else boot, where)  # every rank takes its node's turn
     if not_archived is not None:
         raise not_archived
@@ -271,31 +274,6 @@ def _archive(
     except ProofNotKept as exc:
         return boot, exc
     return boot, None
-
-
-def _cross_check(
-    boot: Any, rank: int, tp_size: int, failure: str | None, receipt: dict, record: dict, pick: dict
-) -> str | None:
-    """Each rank proved its own shard; together they must be one head. Every rank reaches this
-    point, a failed one too, so no rank waits for another that already gave up. Returns this
-    rank's failure, else the ranks' disagreement (None: they agree)."""
-    mine = rank_summary(
-        rank=rank,
-        tp_size=tp_size,
-        failure=failure,
-        receipt=receipt,
-        scale=record["head"].get("scale"),
-        top_k=pick["top_k"],
-    )
-    summaries = launch.exchange(mine, tp_size)
-    problems = cross_rank_problems(summaries, tp_size)
-    if rank == 0 and boot is not None:
-        _keep(boot, RANKS_PATH, diagnostics.ranks_record(
-            tp_size=tp_size, summaries=summaries, problems=problems
-        ))  # fmt: skip
-    if problems and failure is None:
-        failure = "across ranks: " + "; ".join(problems)
-    return failure
 
 
 def _announce_pass(

@@ -13,7 +13,6 @@ its weight is the exact pick's rows (read, never written) and its own GEMM the B
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import torch
@@ -21,12 +20,12 @@ from vllm.config import set_current_vllm_config
 from vllm.logger import init_logger
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
-from draft_head_fp8.checkpoint import tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.diagnostics import describe_paths
 from draft_head_fp8.evidence.exact_pick import ROWS_FROM_DRAFT, ROWS_FROM_TARGET_HEAD, guarantee
 from draft_head_fp8.families.family import AT_SHARE, HeadSource
 from draft_head_fp8.policy import env_enabled
+from draft_head_fp8.vllm_plugin.head_method import checkpoint_of
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import announce_choices
 from draft_head_fp8.vllm_plugin.selection import select_draft_head_method
@@ -41,7 +40,7 @@ def rows_source(head: HeadSource) -> str:
 
 
 def target_head_of(private: Any) -> Any:
-    return getattr(private.quant_method, "target_head", None)
+    return private.quant_method.target_head
 
 
 def _vocabularies(plan: HeadPlan, drafter: torch.nn.Module) -> dict:
@@ -80,22 +79,14 @@ def make_private_head(
                 "the target LM head has a bias, which the FP8 draft head does not carry"
             )
         head = _like(shared)
-        method.input_dtype = method.out_dtype = plan.serving_dtype
-        indices = head.shard_indices
-        method.checkpoint_source = partial(
-            tensor_sha256_as,
-            plan.checkpoint_dir,
-            shared.weight.dtype,
-            plan.head.tensor_for(tied),
-            rows=(indices.org_vocab_start_index, indices.org_vocab_end_index),
+        checkpoint = checkpoint_of(
+            plan.checkpoint_dir, head, shared.weight.dtype, plan.head.tensor_for(tied)
         )
-        method.checkpoint_owner = "target"
         method.install(
-            head, rescore_k=plan.rescore_k, cpu_kernel=plan.cpu_kernel, bf16_from=plan.bf16_from,
-            certify=plan.certify, head_kernel=plan.head_kernel,
+            head, plan, checkpoint=checkpoint, checkpoint_owner="target",
+            serving_dtype=plan.serving_dtype,
         )  # fmt: skip
         method.make_from(head, shared)
-        method.target_head = shared
     logger.info(
         "draft-head-fp8: the %s's share of the target head %s is served by a private %s "
         "(kernel %s, %s layout); %s; %s",

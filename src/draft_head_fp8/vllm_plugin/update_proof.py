@@ -15,7 +15,6 @@ from draft_head_fp8.errors import HeadFp8EligibilityError, ProofNotKept
 from draft_head_fp8.evidence import RANKS_PATH, diagnostics, diagnostics_path, receipt_path
 from draft_head_fp8.evidence.encoding import document_bytes
 from draft_head_fp8.evidence.exact_pick import pick_record
-from draft_head_fp8.evidence.ranks import cross_rank_problems, rank_summary
 from draft_head_fp8.evidence.receipt import capture
 from draft_head_fp8.evidence.receipt_update import (
     POST_UPDATE,
@@ -104,7 +103,13 @@ def prove(w: Any, update: dict, folder: Any) -> None:
     )  # fmt: skip
     proof, not_kept = _begin(w, number, update)
     if tp_size > 1:
-        failure = _cross_check(proof, rank, tp_size, failure, receipt, record, pick) or failure
+        keep = None if proof is None else (lambda ranks: proof.add_bytes(
+            RANKS_PATH, document_bytes(ranks)
+        ))  # fmt: skip
+        failure = launch.cross_check(
+            rank=rank, tp_size=tp_size, failure=failure, receipt=receipt, record=record,
+            pick=pick, keep_ranks=keep,
+        )  # fmt: skip
     if failure is not None and receipt["serving"] == SERVING_FP8:
         method.serve_bf16_rows(head, w._rows(), failure)  # a rank that failed, or its peers
         receipt.update(serving=SERVING_BF16_ROWS, serving_reason=failure)
@@ -185,22 +190,6 @@ def _keep_all(proof: Any, rank: int, receipt: dict, record: dict) -> ProofNotKep
     except (OSError, ArchiveError) as exc:
         return ProofNotKept(f"cannot archive the proof after weight update: {exc}")
     return None
-
-
-def _cross_check(
-    proof: Any, rank: int, tp_size: int, failure: str | None, receipt: dict, record: dict,
-    pick: dict,
-) -> str | None:  # fmt: skip
-    mine = rank_summary(
-        rank=rank, tp_size=tp_size, failure=failure, receipt=receipt,
-        scale=record["head"].get("scale"), top_k=pick["top_k"],
-    )  # fmt: skip
-    summaries = launch.exchange(mine, tp_size)
-    problems = cross_rank_problems(summaries, tp_size)
-    if rank == 0 and proof is not None:
-        ranks = diagnostics.ranks_record(tp_size=tp_size, summaries=summaries, problems=problems)
-        proof.add_bytes(RANKS_PATH, document_bytes(ranks))
-    return ("across ranks: " + "; ".join(problems)) if problems else None
 
 
 def _announce(

@@ -14,12 +14,12 @@ What is watched, in each worker, from the moment the start-up proof passes (``wa
 - the BF16 tensor the head was made from: its identity and torch's version counter, read before
   every draft-head call (host-side facts, no device sync).
 
-A proof re-makes the FP8 copy from the rows as they now are (``head_method.remake``, in place),
-hashes them (against the checkpoint the update named, else "weight update N"), checks that the
-plugin wrote nothing of the target, validates a v4 receipt, and keeps it as one more sealed
-record of the boot (``archive.proofs``). A head that cannot be served in FP8 after the update
-(non-finite rows, a rank that failed) is refused with the reason, and its own BF16 rows serve
-every draft-head call, exactly; the record says so.
+A proof re-makes the FP8 copy from the rows as they now are (the head method's ``remake``: its
+start-up path, in place), hashes them (against the checkpoint the update named, else "weight update
+N"), checks that the plugin wrote nothing of the target, validates a v4 receipt, and keeps it as
+one more sealed record of the boot (``archive.proofs``). A head that cannot be served in FP8 after
+the update (non-finite rows, a rank that failed) is refused with the reason, and its own BF16 rows
+serve every draft-head call, exactly; the record says so.
 
 Not seen: a write through ``.data`` or a collective into the rows outside ``load_weights`` (torch
 bumps no version counter for those), a raw pointer write, and, under a CUDA graph's replay
@@ -38,11 +38,11 @@ from typing import Any
 import torch
 from vllm.logger import init_logger
 
-from draft_head_fp8.checkpoint import tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.families.family import AT_SHARE
 from draft_head_fp8.policy import draft_update_refused
 from draft_head_fp8.vllm_plugin import seams, update_proof
+from draft_head_fp8.vllm_plugin.head_method import checkpoint_of
 from draft_head_fp8.vllm_plugin.refusal import announce_refused_call
 
 logger = init_logger(f"vllm.{__name__}")
@@ -122,11 +122,7 @@ class Watch:
             return None
         target = self.modules().target
         tied = self.rows is getattr(getattr(target, "model", target).embed_tokens, "weight", None)
-        indices = head.shard_indices
-        return partial(
-            tensor_sha256_as, folder, self.rows.dtype, self.plan.head.tensor_for(tied),
-            rows=(indices.org_vocab_start_index, indices.org_vocab_end_index),
-        )  # fmt: skip
+        return checkpoint_of(folder, head, self.rows.dtype, self.plan.head.tensor_for(tied))
 
     # -- when it is proven
 
