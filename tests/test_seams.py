@@ -92,6 +92,26 @@ def _names_in_code(path: Path) -> set[str]:
     return names
 
 
+def test_the_plugin_reads_vllm_only_through_the_seams_table():
+    # Its logger is vLLM's (so vLLM's logging configuration shows its lines), its version is
+    # read as installed, and annotations name vLLM's config: nothing else is imported directly.
+    allowed = {"vllm.logger", "vllm", "vllm.config:VllmConfig"}
+    imported = {}
+    for path in (PACKAGE / "vllm_plugin").glob("*.py"):
+        if path.name == "seams.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vllm":
+                for alias in node.names:
+                    name = f"{node.module}:{alias.name}"
+                    if node.module != "vllm.logger" and name not in allowed:
+                        imported.setdefault(path.name, []).append(name)
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.split(".")[0] == "vllm"]
+                imported.setdefault(path.name, []).extend(n for n in names if n not in allowed)
+    assert {path: names for path, names in imported.items() if names} == {}
+
+
 def test_no_module_but_seams_spells_a_private_vllm_name():
     private = seams.private_names()
     assert {"_supports_cpu_fp8_w8a16", "_SPECULATIVE_DECODING_MODELS", "_enum"} <= private

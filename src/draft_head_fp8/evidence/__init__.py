@@ -17,10 +17,6 @@ from collections.abc import Iterable
 
 RECEIPT_V2 = "draft-head-fp8-runtime-receipt/v2"
 RECEIPT_V3 = "draft-head-fp8-runtime-receipt/v3"
-DIAGNOSTICS_V1 = "draft-head-fp8-diagnostics/v1"
-DIAGNOSTICS_V2 = "draft-head-fp8-diagnostics/v2"
-DIAGNOSTICS_V3 = "draft-head-fp8-diagnostics/v3"
-DIAGNOSTICS_V4 = "draft-head-fp8-diagnostics/v4"
 DIAGNOSTICS_V5 = "draft-head-fp8-diagnostics/v5"
 POST_SHARE = "post_share"
 

@@ -13,10 +13,6 @@ from typing import Any
 RECEIPT_V2 = "runtime-receipt-v2"
 RECEIPT_V3 = "runtime-receipt-v3"
 RECEIPT_V4 = "runtime-receipt-v4"
-DIAGNOSTICS_V1 = "diagnostics-v1"
-DIAGNOSTICS_V2 = "diagnostics-v2"
-DIAGNOSTICS_V3 = "diagnostics-v3"
-DIAGNOSTICS_V4 = "diagnostics-v4"
 DIAGNOSTICS_V5 = "diagnostics-v5"
 
 

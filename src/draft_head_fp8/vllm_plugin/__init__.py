@@ -29,10 +29,10 @@ def register() -> None:
     global _registered
     if _registered or not env_enabled():
         return
-    from vllm import ModelRegistry
-
     from draft_head_fp8.families import all_families
-    from draft_head_fp8.vllm_plugin import post_share, unserved, vllm_classes
+    from draft_head_fp8.vllm_plugin import post_share, seams, unserved, vllm_classes
+
+    ModelRegistry = seams.read("model_registry")
 
     # The target is built before the drafter, so the watch for its lm_head must be on first.
     post_share.install_hook()

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from vllm.model_executor.layers.vocab_parallel_embedding import (
-    ParallelLMHead,
-    UnquantizedEmbeddingMethod,
-)
 
 from draft_head_fp8.policy import bf16_from_measured
 from draft_head_fp8.settings import BF16_FROM_AUTO, BF16_FROM_NEVER
+from draft_head_fp8.vllm_plugin import seams
+
+ParallelLMHead = seams.read("parallel_lm_head")
+UnquantizedEmbeddingMethod = seams.read("unquantized_embedding_method")
 
 MEASURED_ROWS = (1, 2, 4, 8, 16, 32)
 _REPEATS = 3

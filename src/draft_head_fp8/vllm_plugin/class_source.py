@@ -191,9 +191,9 @@ def _truth(test: ast.AST) -> bool | None:
 def _platform(attribute: str) -> Any:
     """``vllm.platforms.current_platform``'s answer (the one thing read by importing vLLM)."""
     try:
-        from vllm.platforms import current_platform
+        from draft_head_fp8.vllm_plugin import seams
 
-        value = getattr(current_platform, attribute)
+        value = getattr(seams.read("current_platform"), attribute)
         return value() if callable(value) else value
     except Exception:
         return None

@@ -18,12 +18,9 @@ What is decided at construction depends on when the head's bytes exist (the fami
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllm.config import VllmConfig
-from vllm.distributed.parallel_state import get_pp_group
 from vllm.logger import init_logger
-from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
 from draft_head_fp8 import families, settings
 from draft_head_fp8.checkpoint import resolve_model_dir
@@ -46,6 +43,10 @@ from draft_head_fp8.vllm_plugin.refusal import (
 from draft_head_fp8.vllm_plugin.selection import select_draft_head_method
 
 # Under "vllm." so that vLLM's own logging configuration shows it beside its lines.
+
+if TYPE_CHECKING:  # annotations only: vLLM's names are read through seams.py
+    from vllm.config import VllmConfig
+
 logger = init_logger(f"vllm.{__name__}")
 
 
@@ -128,7 +129,7 @@ class DraftHeadFp8Drafter:
             self._choose_own_head(vllm_config, head)
 
     def _plan_the_share(self, vllm_config: VllmConfig, head: HeadSource) -> None:
-        if get_pp_group().world_size != 1:
+        if seams.read("pp_group")().world_size != 1:
             raise HeadFp8EligibilityError(no_pipeline_parallel("head"))
         plan = head_plan(self.family, vllm_config, head)
         post_share.arm(self, vllm_config, plan)
@@ -182,7 +183,7 @@ class DraftHeadFp8Drafter:
 
     def _check_seam(self, head: HeadSource) -> None:
         """The facts the drafter's own head relies on, before anything is quantized."""
-        if not isinstance(self.lm_head.quant_method, UnquantizedEmbeddingMethod):
+        if not isinstance(self.lm_head.quant_method, seams.read("unquantized_embedding_method")):
             raise HeadFp8EligibilityError(
                 "draft head already has quant method "
                 f"{type(self.lm_head.quant_method).__name__}; refusing to replace it"
@@ -202,7 +203,7 @@ class DraftHeadFp8Drafter:
                 "draft head shares its weight with the draft embedding after construction; its "
                 f"own {head.tensor} would not be what the FP8 copy is made from"
             )
-        if get_pp_group().world_size != 1:
+        if seams.read("pp_group")().world_size != 1:
             raise HeadFp8EligibilityError(no_pipeline_parallel("embedding"))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

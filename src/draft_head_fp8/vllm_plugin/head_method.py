@@ -31,14 +31,6 @@ from typing import Any
 
 import torch
 from torch.nn import Parameter
-from vllm.config import get_current_vllm_config
-from vllm.model_executor.kernels.linear import init_fp8_linear_kernel
-from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
-    FP8ScaledMMLinearLayerConfig,
-)
-from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
-from vllm.model_executor.layers.quantization.online.fp8 import Fp8PerTensorOnlineLinearMethod
-from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
 
 from draft_head_fp8.checkpoint import tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
@@ -47,10 +39,18 @@ from draft_head_fp8.fp8 import QuantizedHead, head_amax, quantize_per_tensor, te
 from draft_head_fp8.layouts import LAYOUT_PLAIN
 from draft_head_fp8.rescore import rescore_top_k
 from draft_head_fp8.settings import BF16_FROM_NEVER
-from draft_head_fp8.vllm_plugin import batch_paths, certified_pick
+from draft_head_fp8.vllm_plugin import batch_paths, certified_pick, seams
 from draft_head_fp8.vllm_plugin.fused_kernel import FusedW8A16HeadKernel
 from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
+
+# vLLM's names, where the seams table says this release keeps them.
+QuantizeMethodBase = seams.read("quantize_method_base")
+Fp8PerTensorOnlineLinearMethod = seams.read("fp8_online_linear_method")
+kFp8StaticTensorSym = seams.read("fp8_static_tensor_key")
+FP8ScaledMMLinearLayerConfig = seams.read("fp8_scaled_mm_layer_config")
+init_fp8_linear_kernel = seams.read("init_fp8_linear_kernel")
+get_current_vllm_config = seams.read("current_vllm_config")
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,9 @@ def _whole_head_amax(local: float, layer: torch.nn.Module) -> float:
     if int(getattr(layer, "tp_size", 1)) == 1:
         return local
     import torch.distributed as dist
-    from vllm.distributed.parallel_state import get_tp_group
 
     amax = torch.tensor([local], dtype=torch.float32)
-    dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=get_tp_group().cpu_group)
+    dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=seams.read("tp_group")().cpu_group)
     return float(amax[0])
 
 

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from vllm.platforms import current_platform
 
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.fp8 import quantize_per_tensor
@@ -41,6 +40,7 @@ CPUFp8PerTensorScaledMMLinearKernel = seams.read("cpu_fp8_per_tensor_kernel")
 FP8ScaledMMLinearLayerConfig = seams.read("fp8_scaled_mm_layer_config")
 choose_scaled_mm_linear_kernel = seams.read("choose_scaled_mm_linear_kernel")
 init_fp8_linear_kernel = seams.read("init_fp8_linear_kernel")
+current_platform = seams.read("current_platform")
 
 # vLLM's FP8 kernels whose processed weight stays the plain FP8 [hidden, vocab] matrix with one
 # [1] scale (their process_weights_after_loading does nothing, or pads only dims that are not a

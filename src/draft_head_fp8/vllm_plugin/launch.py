@@ -64,18 +64,16 @@ def place_rank(
 def exchange(value: Any, tp_size: int) -> list[Any]:
     """Every rank's value, on every rank (one small all-gather over the TP group's CPU side)."""
     import torch.distributed as dist
-    from vllm.distributed.parallel_state import get_tp_group
 
     gathered: list[Any] = [None] * tp_size
-    dist.all_gather_object(gathered, value, group=get_tp_group().cpu_group)
+    dist.all_gather_object(gathered, value, group=_tp_group().cpu_group)
     return gathered
 
 
 def tp_barrier() -> None:
     import torch.distributed as dist
-    from vllm.distributed.parallel_state import get_tp_group
 
-    dist.barrier(group=get_tp_group().cpu_group)
+    dist.barrier(group=_tp_group().cpu_group)
 
 
 def in_node_turns(
@@ -121,3 +119,9 @@ def cross_check(
     if problems and failure is None:
         failure = "across ranks: " + "; ".join(problems)
     return failure
+
+
+def _tp_group() -> Any:
+    from draft_head_fp8.vllm_plugin import seams
+
+    return seams.read("tp_group")()

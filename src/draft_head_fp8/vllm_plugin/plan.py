@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm.config.quantization import resolve_quantization_config
-from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
-
 from draft_head_fp8.families.family import Family, HeadSource
+from draft_head_fp8.vllm_plugin import seams
+
+# vLLM's names, where the seams table says this release keeps them.
+OnlineQuantizationConfig = seams.read("online_quantization_config")
+resolve_quantization_config = seams.read("resolve_quantization_config")
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ def _same(where: str) -> dict[str, str]:
 
 _REGISTRY = "vllm.model_executor.models.registry"
 _LINEAR = "vllm.model_executor.kernels.linear"
+_VOCAB = "vllm.model_executor.layers.vocab_parallel_embedding"
 
 SEAMS = (
     Seam(
@@ -112,9 +113,36 @@ SEAMS = (
     Seam(
         "unquantized_embedding_method",
         "vLLM's stock BF16 head method: what the share must find and the BF16 rows run through",
-        _same("vllm.model_executor.layers.vocab_parallel_embedding:UnquantizedEmbeddingMethod"),
+        _same(f"{_VOCAB}:UnquantizedEmbeddingMethod"),
     ),
-)
+    # Public names, rows all the same: a release that moves one is one row here, and the release
+    # check (``missing``) finds it before an engine does.
+    Seam("parallel_lm_head", "vLLM's LM head class, which the private FP8 head is made as and "
+         "the BF16 rows run through", _same(f"{_VOCAB}:ParallelLMHead")),
+    Seam("quantize_method_base", "the base of every vLLM quant method, the FP8 head method's",
+         _same("vllm.model_executor.layers.quantization.base_config:QuantizeMethodBase")),
+    Seam("fp8_online_linear_method", "vLLM's online per-tensor FP8 method, whose activation "
+         "quantization the head's kernel is chosen with",
+         _same("vllm.model_executor.layers.quantization.online.fp8:"
+               "Fp8PerTensorOnlineLinearMethod")),
+    Seam("fp8_static_tensor_key", "the FP8 weight quantization key (static, per tensor)",
+         _same("vllm.model_executor.layers.quantization.utils.quant_utils:kFp8StaticTensorSym")),
+    Seam("online_quantization_config", "vLLM's online quantization config, which the head's "
+         "FP8 config is", _same("vllm.model_executor.layers.quantization.online.base:"
+                                "OnlineQuantizationConfig")),
+    Seam("resolve_quantization_config", "how vLLM builds a quantization config by name",
+         _same("vllm.config.quantization:resolve_quantization_config")),
+    Seam("current_vllm_config", "the config vLLM is building a model under",
+         _same("vllm.config:get_current_vllm_config")),
+    Seam("set_current_vllm_config", "building the private head under the drafter's config",
+         _same("vllm.config:set_current_vllm_config")),
+    Seam("tp_group", "the tensor-parallel group: the whole head's amax, the ranks' exchange",
+         _same("vllm.distributed.parallel_state:get_tp_group")),
+    Seam("pp_group", "the pipeline-parallel group, which the share refuses",
+         _same("vllm.distributed.parallel_state:get_pp_group")),
+    Seam("current_platform", "the platform vLLM runs on (CPU or CUDA)",
+         _same("vllm.platforms:current_platform")),
+)  # fmt: skip
 
 BY_NAME = {seam.name: seam for seam in SEAMS}
 

@@ -16,19 +16,22 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from vllm.config import set_current_vllm_config
 from vllm.logger import init_logger
-from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.diagnostics import describe_paths
 from draft_head_fp8.evidence.exact_pick import ROWS_FROM_DRAFT, ROWS_FROM_TARGET_HEAD, guarantee
 from draft_head_fp8.families.family import AT_SHARE, HeadSource
 from draft_head_fp8.policy import env_enabled
+from draft_head_fp8.vllm_plugin import seams
 from draft_head_fp8.vllm_plugin.head_method import checkpoint_of
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import announce_choices
 from draft_head_fp8.vllm_plugin.selection import select_draft_head_method
+
+# vLLM's names, where the seams table says this release keeps them.
+ParallelLMHead = seams.read("parallel_lm_head")
+set_current_vllm_config = seams.read("set_current_vllm_config")
 
 # Under "vllm." so that vLLM's own logging configuration shows it beside its lines.
 logger = init_logger(f"vllm.{__name__}")
