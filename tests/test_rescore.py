@@ -146,3 +146,18 @@ def test_an_empty_batch_is_served():
     x = torch.empty(0, HIDDEN, dtype=torch.bfloat16)
     out = rescore_top_k(fp8_logits(x, q), x, w, k=8, valid_rows=VOCAB)
     assert out.shape == (0, VOCAB)
+
+
+def test_the_rescored_logits_are_the_certified_picks_exact_logits():
+    # One way to an exact logit everywhere (certificate-off and certified picks alike): equal rows
+    # get equal logits wherever they sit among the candidates.
+    from draft_head_fp8.rescore import exact_logits
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randn(64, 96, generator=g).bfloat16()
+    rows[40] = rows[3]
+    x = torch.randn(5, 96, generator=g).bfloat16()
+    logits = (x.float() @ rows.float().t()).bfloat16()
+    out = rescore_top_k(logits.clone(), x, rows, k=64, valid_rows=64)
+    assert torch.equal(out, exact_logits(rows, torch.arange(64).expand(5, 64), x))
+    assert torch.equal(out[:, 3], out[:, 40])

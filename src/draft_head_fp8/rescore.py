@@ -81,7 +81,8 @@ def rescore_top_k(
     x = hidden.reshape(-1, hidden.shape[-1])
     mask_unreal(flat, valid_rows, suppressed)
     candidates = flat.topk(min(k, flat.shape[-1]), dim=-1).indices  # [tokens, k]
-    picked = rows[candidates]  # [tokens, k, hidden], BF16: the only bytes read twice
-    exact = torch.bmm(picked.float(), x.float().unsqueeze(-1)).squeeze(-1)
+    # The candidates' BF16 rows (the only bytes read twice), exactly as the certified pick reads
+    # them: one way to an exact logit everywhere, so equal rows tie wherever they sit.
+    exact = exact_logits(rows, candidates, x)
     serve(flat, candidates, exact, candidates >= valid_rows)
     return flat.view(logits.shape)

@@ -4,8 +4,9 @@ Where the FP8 bytes came from (the SHA-256 of the BF16 rows quantized and of the
 tensor), how the per-tensor scale fits the head's rows, the kernel chosen and the one vLLM would
 have chosen, timings, what the exact draft-token pick rescores from (``exact_pick``), and the
 validation verdict, and the certified pick's facts and counts. Built here only; JSON Schemas
-``schemas/diagnostics-v5.schema.json`` (the only one: an archive's older diagnostics are
-verified by their bytes' hashes, never by a schema) and ``schemas/ranks-v1.schema.json`` for the cross-rank record of a tensor-parallel boot.
+``schemas/diagnostics-v5.schema.json`` (the only one: an archive's older diagnostics are verified
+by their bytes' hashes, never by a schema) and ``schemas/ranks-v1.schema.json`` for the cross-rank
+record of a tensor-parallel boot.
 """
 
 from __future__ import annotations
