@@ -53,7 +53,11 @@ def test_check_eligible_exits_0_where_this_cpu_serves_it(pairs):
     "kind, reason",
     [
         ("ordered", "ordered embeddings bypass LogitsProcessor.quant_method.apply"),
-        ("untied", "untied draft embedding/head is outside this alias-safe prototype"),
+        (
+            "untied",
+            "untied draft embedding/head is not served: the FP8 copy is proven only for a head "
+            "tied to its embedding or read from the target",
+        ),
     ],
 )
 def test_check_refused_exits_3_with_the_exact_reason(pairs, kind, reason):
@@ -244,7 +248,8 @@ def test_compare_refuses_an_unsafe_assistant_before_starting_any_engine(pairs):
                str(pairs["untied"].assistant))  # fmt: skip
     assert proc.returncode == 3
     assert proc.stderr.strip().splitlines()[-1] == (
-        "refused: untied draft embedding/head is outside this alias-safe prototype"
+        "refused: untied draft embedding/head is not served: the FP8 copy is proven only for a "
+        "head tied to its embedding or read from the target"
     )
     assert "[2/4]" not in proc.stderr  # no engine was started
 

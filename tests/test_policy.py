@@ -31,7 +31,8 @@ REASONS = [
     "prefix is not an LM head",
     None,  # rule 5 depends on the spec: see online_spec_reason()
     "ordered embeddings bypass LogitsProcessor.quant_method.apply",
-    "untied draft embedding/head is outside this alias-safe prototype",
+    "untied draft embedding/head is not served: the FP8 copy is proven only for a head "
+    "tied to its embedding or read from the target",
     "custom FP8 head requires head dtype aligned with hidden dtype",
 ]
 
@@ -613,7 +614,7 @@ def test_a_shared_head_draft_with_a_vocabulary_of_its_own_is_refused():
     )
     assert decision.reason == (
         "draft head over its own vocabulary (1024 of the target's 2048 tokens, EAGLE-3 style) is "
-        "outside this prototype"
+        "not served for this drafter: its family proves a head over the target's vocabulary"
     )
 
 

@@ -400,7 +400,7 @@ REFUSALS = {
         "mimo-mtp",
         {},
         ("--pipeline-parallel-size", "2"),
-        "pipeline parallelism is outside this prototype: the post-share receipt needs the head "
+        "pipeline parallelism is not served: the post-share receipt needs the head "
         "share, which vLLM skips when pipeline_parallel_size > 1",
     ),
 }

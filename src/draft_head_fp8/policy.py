@@ -219,10 +219,14 @@ def _head_rule(
         # The head would be a second head over the draft's own vocabulary, not the target's.
         return (
             f"draft head over its own vocabulary ({draft_vocab_size} of the target's {vocab_size} "
-            "tokens, EAGLE-3 style) is outside this prototype"
+            "tokens, EAGLE-3 style) is not served for this drafter: its family proves a head over "
+            "the target's vocabulary"
         )
     if not tie_word_embeddings and not shared_target_head:
-        return "untied draft embedding/head is outside this alias-safe prototype"
+        return (
+            "untied draft embedding/head is not served: the FP8 copy is proven only for a head "
+            "tied to its embedding or read from the target"
+        )
     if head_dtype is not None and model_dtype is not None and str(head_dtype) != str(model_dtype):
         return "custom FP8 head requires head dtype aligned with hidden dtype"
     if shared_target_head and head_dtype is not None and "bfloat16" not in str(head_dtype):

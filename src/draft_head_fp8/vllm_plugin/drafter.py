@@ -54,7 +54,7 @@ def no_pipeline_parallel(share: str) -> str:
     # The proposer shares only without pipeline parallelism, and the receipt is captured at that
     # share: without it there would be no proof, so no start.
     return (
-        f"pipeline parallelism is outside this prototype: the post-share receipt needs the {share} "
+        f"pipeline parallelism is not served: the post-share receipt needs the {share} "
         "share, which vLLM skips when pipeline_parallel_size > 1"
     )
 
