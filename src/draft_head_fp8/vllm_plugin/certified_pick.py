@@ -11,19 +11,15 @@ from typing import Any
 import torch
 
 from draft_head_fp8 import certificate
-from draft_head_fp8.layouts import LAYOUT_PACKED
 from draft_head_fp8.settings import WIDE_RESCORE_TOPK
-from draft_head_fp8.vllm_plugin.fused_kernel import FusedW8A16HeadKernel
 
 
 def bound_kernel(method: Any) -> str:
-    """Which kernel arithmetic the bound covers: vLLM's CPU op multiplies BF16 activations (the
-    packed layout), and so does the fused Triton kernel (decoding every FP8 byte exactly); every
-    other kernel quantizes them to FP8 first."""
-    if isinstance(method.fp8_linear, FusedW8A16HeadKernel):
-        return certificate.KERNEL_FUSED_W8A16
-    packed = method.weight_layout == LAYOUT_PACKED
-    return certificate.KERNEL_W8A16 if packed else certificate.KERNEL_SCALED_MM
+    """Which kernel arithmetic the bound covers: what the kernel choice said with the kernel
+    (``kernels.KernelChoice.bound``); a method made outside that choice (unit tests with a kernel
+    of their own) is taken as quantizing its activations, the looser bound."""
+    choice = getattr(method, "kernel", None)
+    return certificate.KERNEL_SCALED_MM if choice is None else choice.bound
 
 
 def make_bound(method: Any, source: torch.Tensor, quantized: Any) -> tuple[Any, dict | None]:

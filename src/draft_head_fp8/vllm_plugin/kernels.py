@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from draft_head_fp8 import certificate
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.fp8 import quantize_per_tensor
 from draft_head_fp8.layouts import K_BLOCK, LAYOUT_PACKED, LAYOUT_PLAIN, k_blocks
@@ -179,6 +180,10 @@ class KernelChoice:
     layout: str  # LAYOUT_PLAIN or LAYOUT_PACKED, what the receipt will prove
     vllm_default: str | None  # what vLLM would pick for a plain linear of this shape
     warning: str | None  # said at start-up: why this head is slower than it could be
+    # The arithmetic the certificate's bound covers (certificate.KERNEL_KINDS), chosen here with
+    # the kernel, never guessed later: BF16 activations times exact FP8 weights (vLLM's CPU W8A16
+    # op, the fused kernel), or activations quantized to FP8 first (every scaled_mm kernel).
+    bound: str = certificate.KERNEL_SCALED_MM
 
 
 def _cpu_packed(config: FP8ScaledMMLinearLayerConfig) -> tuple[type | None, str | None]:
@@ -215,7 +220,10 @@ def choose_head_kernel(
         why_not = fused_kernel.unavailable(device, certify=certify, rescore_k=rescore_k)
         why_not = why_not or fused_kernel.probe(int(config.weight_shape[1]), torch.device(device))
         if why_not is None:
-            return KernelChoice(fused_kernel.FusedW8A16HeadKernel, LAYOUT_PLAIN, unrestricted, None)
+            return KernelChoice(
+                fused_kernel.FusedW8A16HeadKernel, LAYOUT_PLAIN, unrestricted, None,
+                bound=certificate.KERNEL_FUSED_W8A16,
+            )  # fmt: skip
         if head_kernel == "triton":
             raise fused_kernel.refuse(why_not)
         warning = f"the fused Triton kernel cannot serve here ({why_not}); vLLM's FP8 kernels do"
@@ -223,7 +231,9 @@ def choose_head_kernel(
         if cpu_kernel == "auto":
             packed, why_not = _cpu_packed(config)
             if packed is not None:
-                return KernelChoice(packed, LAYOUT_PACKED, unrestricted, None)
+                return KernelChoice(
+                    packed, LAYOUT_PACKED, unrestricted, None, bound=certificate.KERNEL_W8A16
+                )
             raise HeadFp8EligibilityError(slow_cpu_refusal(str(why_not).rstrip(".")))
         warning = "; ".join(
             filter(None, [warning, f"{CPU_KERNEL_ENV}={cpu_kernel}: {SLOW_CPU_PATH}"])
