@@ -31,7 +31,9 @@ STEPS = [
     ("vllm_plugin/fused_kernel.py", "fused_head.py"),
     ("vllm_plugin/head_method.py", "evidence/diagnostics.py"),
     ("vllm_plugin/post_share.py", "vllm_plugin/shared_head.py"),  # share -> private head
-    ("vllm_plugin/shared_head.py", "vllm_plugin/head_method.py"),
+    ("vllm_plugin/shared_head.py", "vllm_plugin/selection.py"),  # its FP8 head method
+    ("vllm_plugin/selection.py", "vllm_plugin/head_method.py"),
+    ("vllm_plugin/head_method.py", "vllm_plugin/head_bytes.py"),  # hashed, quantized
     ("vllm_plugin/post_share.py", "evidence/receipt_v3.py"),  # capture
     ("vllm_plugin/post_share.py", "evidence/exact_pick.py"),
     ("vllm_plugin/post_share.py", "evidence/verdict.py"),  # validate

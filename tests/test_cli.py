@@ -294,12 +294,12 @@ def test_check_says_before_start_that_a_vllm_which_moved_a_wrapped_method_is_ref
     # vLLM 0.32's workers with wake_up renamed, first on the path: read from the sources, not run.
     import os
 
-    from draft_head_fp8.vllm_plugin import seams
+    from draft_head_fp8.vllm_plugin import vllm_source
 
     for module in ("gpu_worker", "cpu_worker"):
         moved = tmp_path / "vllm" / "v1" / "worker" / f"{module}.py"
         moved.parent.mkdir(parents=True, exist_ok=True)
-        source = seams._source_of(f"vllm.v1.worker.{module}").read_text()
+        source = vllm_source.source_of(f"vllm.v1.worker.{module}").read_text()
         moved.write_text(source.replace("def wake_up(", "def wake_up_renamed("))
     pair = pairs["dense"]
     proc = subprocess.run(

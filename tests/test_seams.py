@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import draft_head_fp8
-from draft_head_fp8.vllm_plugin import seams
+from draft_head_fp8.vllm_plugin import seams, vllm_source
 
 PACKAGE = Path(draft_head_fp8.__file__).parent
 
@@ -128,9 +128,9 @@ def test_an_instance_seam_is_an_attribute_vllms_init_sets():
 
     where = seams.INSTANCE_BY_NAME["gemma4_suppress_token_ids"].location("0.32")
     assert where == "vllm.model_executor.models.gemma4_mtp:Gemma4MTP._suppress_token_ids"
-    seams._assigned_in_class(where)  # Gemma4MTP.__init__ sets it: no error
+    vllm_source.assigned_in_class(where)  # Gemma4MTP.__init__ sets it: no error
     with pytest.raises(AttributeError, match="never sets self._no_such_ids"):
-        seams._assigned_in_class(where.replace("_suppress_token_ids", "_no_such_ids"))
+        vllm_source.assigned_in_class(where.replace("_suppress_token_ids", "_no_such_ids"))
     drafter = SimpleNamespace(_suppress_token_ids=[3, 7])
     assert seams.read_from(drafter, "gemma4_suppress_token_ids") == [3, 7]
     assert seams.read_from(SimpleNamespace(), "gemma4_suppress_token_ids", ()) == ()
@@ -203,7 +203,7 @@ def test_the_sources_say_which_wrapped_method_a_release_lacks_without_importing_
     assert seams.methods_missing_in_source("0.32") == {}
     # vLLM 0.32's workers with wake_up renamed, first on the path (read, never imported).
     for module in ("gpu_worker", "cpu_worker"):
-        original = seams._source_of(f"vllm.v1.worker.{module}")
+        original = vllm_source.source_of(f"vllm.v1.worker.{module}")
         moved = tmp_path / "vllm" / "v1" / "worker" / f"{module}.py"
         moved.parent.mkdir(parents=True, exist_ok=True)
         moved.write_text(original.read_text().replace("def wake_up(", "def wake_up_renamed("))

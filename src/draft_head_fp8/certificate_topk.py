@@ -110,6 +110,21 @@ def _reach(upper, extra, dtype, term) -> torch.Tensor:
 
 
 @torch.no_grad()
+def _stage_c(
+    rows: torch.Tensor, x: torch.Tensor, blocked: torch.Tensor, term: torch.Tensor | None,
+    rest: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, top: int,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The rows no stage proved, answered from every row of the head, exactly (host sync)."""
+    left = rest.nonzero().squeeze(-1)
+    whole = every_row(rows, x[left], blocked, rows.dtype)
+    if term is not None:
+        whole = whole + term[left]
+    every = torch.arange(whole.shape[-1], device=whole.device).expand(left.numel(), -1)
+    indices, values = indices.clone(), values.clone()
+    indices[left], values[left] = ranked(every, whole, top)
+    return indices, values
+
+
 def certified_top_k(
     logits: torch.Tensor,
     hidden: torch.Tensor,
@@ -160,19 +175,12 @@ def certified_top_k(
         widest = reach.topk(wide, dim=-1).indices  # stage a's candidates are -inf in reach
         served, certified = _stage(rows, x, reach, blocked, term, widest, a, top)
         b_certified = certified & ~a_certified
-    indices, values = served.indices, served.values
     rest = ~(a_certified | b_certified)
+    indices, values = served.indices, served.values
     if host_sync and bool(rest.any()):
-        left = rest.nonzero().squeeze(-1)
-        whole = every_row(rows, x[left], blocked, rows.dtype)
-        if term is not None:
-            whole = whole + term[left]
-        every = torch.arange(partition, device=flat.device).expand(left.numel(), -1)
-        indices, values = indices.clone(), values.clone()
-        indices[left], values[left] = ranked(every, whole, top)
-    none = torch.zeros_like(rest.sum())
-    last = [rest.sum(), none] if host_sync else [none, rest.sum()]
-    counts = torch.stack([a_certified.sum(), b_certified.sum(), *last])
+        indices, values = _stage_c(rows, x, blocked, term, rest, indices, values, top)
+    last = [rest.sum(), rest.sum() * 0]  # stage c, or uncertified where it cannot run
+    counts = torch.stack([a_certified.sum(), b_certified.sum(), *last[:: 1 if host_sync else -1]])
     if totals is not None:
         totals.add_(counts)
     shape = (*logits.shape[:-1], top)

@@ -33,7 +33,7 @@ from draft_head_fp8.policy import (
     vllm_head_quantization_conflict,
 )
 from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share, seams, vllm_classes
-from draft_head_fp8.vllm_plugin.head_method import checkpoint_of
+from draft_head_fp8.vllm_plugin.head_bytes import checkpoint_of
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import (
     announce_choices,

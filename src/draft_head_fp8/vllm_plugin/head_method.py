@@ -24,22 +24,18 @@ says which (``families``).
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
 from torch.nn import Parameter
 
-from draft_head_fp8.checkpoint import tensor_sha256_as
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.evidence.diagnostics import head_record
-from draft_head_fp8.fp8 import QuantizedHead, head_amax, quantize_per_tensor, tensor_sha256
+from draft_head_fp8.fp8 import QuantizedHead
 from draft_head_fp8.layouts import LAYOUT_PLAIN
 from draft_head_fp8.rescore import rescore_top_k
 from draft_head_fp8.settings import BF16_FROM_NEVER
-from draft_head_fp8.vllm_plugin import batch_paths, certified_pick, seams
+from draft_head_fp8.vllm_plugin import batch_paths, certified_pick, head_bytes, seams
 from draft_head_fp8.vllm_plugin.fused_kernel import FusedW8A16HeadKernel
 from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
@@ -51,49 +47,6 @@ kFp8StaticTensorSym = seams.read("fp8_static_tensor_key")
 FP8ScaledMMLinearLayerConfig = seams.read("fp8_scaled_mm_layer_config")
 init_fp8_linear_kernel = seams.read("init_fp8_linear_kernel")
 get_current_vllm_config = seams.read("current_vllm_config")
-
-
-@dataclass(frozen=True)
-class _Made:
-    """A head's FP8 copy and what vouches for it, made side by side (``_hash_and_quantize``)."""
-
-    source_sha256: str  # of the loaded bytes, real rows only
-    checkpoint: dict | None  # the checkpoint tensor's hash record, None without a source
-    quantized: QuantizedHead
-    amax_local: float  # this rank's shard's amax (the scale uses the whole head's)
-    hashed: float  # perf_counter() once the loaded bytes were hashed
-    quantized_at: float  # ... and once they were quantized
-
-
-def _whole_head_amax(local: float, layer: torch.nn.Module) -> float:
-    """The largest |w| over every rank's shard: one per-tensor scale for the whole head."""
-    if int(getattr(layer, "tp_size", 1)) == 1:
-        return local
-    import torch.distributed as dist
-
-    amax = torch.tensor([local], dtype=torch.float32)
-    dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=seams.read("tp_group")().cpu_group)
-    return float(amax[0])
-
-
-def _check_padding(source: torch.Tensor, real_rows: int) -> None:
-    # vLLM zero-fills the rows past the vocabulary; anything else there was not loaded by it.
-    padding = source[real_rows:]
-    if padding.numel() and bool(padding.any()):
-        raise HeadFp8EligibilityError(
-            f"draft head shard has non-zero padding rows past its {real_rows} real rows; "
-            "refusing to quantize bytes that are not the checkpoint's"
-        )
-
-
-def checkpoint_of(folder: Any, head: torch.nn.Module, dtype: torch.dtype, tensor: str) -> Any:
-    """What vouches for a head's bytes: the hash of ``tensor`` in the checkpoint ``folder``, this
-    rank's real rows only (at TP N each rank holds a vocab shard), computed when asked."""
-    indices = head.shard_indices
-    return partial(
-        tensor_sha256_as, folder, dtype, tensor,
-        rows=(indices.org_vocab_start_index, indices.org_vocab_end_index),
-    )  # fmt: skip
 
 
 class DraftHeadFp8LinearMethod(QuantizeMethodBase):
@@ -151,8 +104,8 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
     ) -> None:
         """Take over a constructed, tied ``ParallelLMHead`` as the ``plan`` says (``plan.py``):
         choose the FP8 kernel and the pick for this rank's shape (``kernels``), how many candidates
-        to rescore, and whether each pick is certified; ``checkpoint`` (``checkpoint_of``) is what
-        the bytes must match, the ``checkpoint_owner``'s.
+        to rescore, and whether each pick is certified; ``checkpoint``
+        (``head_bytes.checkpoint_of``) is what the bytes must match, the ``checkpoint_owner``'s.
 
         The weight stays the tied BF16 embedding Parameter until ``process_weights_after_loading``
         (or ``make_from``, for a head whose bytes exist only at the share)."""
@@ -225,7 +178,8 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
     ) -> None:
         """After a weight update: the FP8 copy made again from ``source`` as it now is, by the
         path that made it at start-up, written in place. ``checkpoint_source``: the checkpoint
-        the update named (``checkpoint_of``), else None (weights that came with the update).
+        the update named (``head_bytes.checkpoint_of``), else None (weights that came with the
+        update).
         Raises ``HeadFp8EligibilityError`` (or ``NonFiniteHeadError``) and changes nothing the
         head serves when the new bytes cannot be served in FP8; the caller then serves the BF16
         rows (``serve_bf16_rows``)."""
@@ -261,8 +215,8 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         real = self.real_rows
         if real is None:  # not installed on a sharded head: all its real rows
             real = int(getattr(layer, "org_vocab_size", source.shape[0]))
-        made = self._hash_and_quantize(layer, source, real)
-        self._check_checkpoint(made)
+        made = head_bytes.hash_and_quantize(layer, source, real, self.checkpoint_source)
+        head_bytes.check_checkpoint(made, self.checkpoint_owner)
         # The bound reads the FP8 bytes row-major: made before vLLM packs them (its packing may
         # rewrite the same storage in VNNI tiles).
         bound, facts = certified_pick.make_bound(self, source, made.quantized)
@@ -304,32 +258,6 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             amax_local=made.amax_local,
             batch_paths=paths,
         )
-
-    def _hash_and_quantize(self, layer: torch.nn.Module, source: torch.Tensor, real: int) -> _Made:
-        # The checkpoint is hashed on a second thread (hashlib releases the GIL) while this one
-        # hashes and quantizes the loaded bytes; nothing is installed until both hashes agree.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(self.checkpoint_source) if self.checkpoint_source else None
-            source_sha256 = tensor_sha256(source, rows=real)
-            hashed = time.perf_counter()
-            _check_padding(source, real)
-            local_amax = head_amax(source)
-            amax = _whole_head_amax(local_amax, layer)
-            quantized = quantize_per_tensor(source, amax=amax, real_rows=real)
-            quantized_at = time.perf_counter()
-            checkpoint = pending.result() if pending is not None else None
-        return _Made(source_sha256, checkpoint, quantized, local_amax, hashed, quantized_at)
-
-    def _check_checkpoint(self, made: _Made) -> None:
-        checkpoint = made.checkpoint
-        if checkpoint is not None and checkpoint["sha256"] != made.source_sha256:
-            rows = f" rows {checkpoint['rows']}" if checkpoint.get("rows") else ""
-            raise HeadFp8EligibilityError(
-                f"draft head bytes do not match the {self.checkpoint_owner} checkpoint's "
-                f"{checkpoint['tensor']}{rows} ({checkpoint['file']}): sha256 "
-                f"{made.source_sha256} != {checkpoint['sha256']}; the head would be quantised "
-                "from something else"
-            )
 
     def _install(self, layer: torch.nn.Module, quantized: QuantizedHead) -> None:
         # A new Parameter, never a copy into the old one: the BF16 source is the draft embedding

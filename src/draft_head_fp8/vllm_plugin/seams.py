@@ -14,15 +14,13 @@ Importing this module imports nothing of vLLM's; ``read`` imports the seam's mod
 
 from __future__ import annotations
 
-import ast
 import importlib
-import sys
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from draft_head_fp8 import support
+from draft_head_fp8.vllm_plugin import vllm_source
 
 # The releases the table was read from, oldest first: support.py's (how each is tested).
 RELEASES = support.RELEASES
@@ -255,20 +253,12 @@ def installed_release() -> str:
     return release_of(vllm.__version__)
 
 
-def _resolve(where: str) -> Any:
-    module_name, _, path = where.partition(":")
-    value: Any = importlib.import_module(module_name)
-    for attribute in path.split("."):
-        value = getattr(value, attribute)
-    return value
-
-
 def read(name: str, release: str | None = None) -> Any:
     """The value of seam ``name`` in the installed vLLM (read where ``release`` keeps it)."""
     seam = BY_NAME[name]
     where = seam.location(release or installed_release())
     try:
-        return _resolve(where)
+        return vllm_source.resolve(where)
     except (ImportError, AttributeError) as exc:
         raise SeamMissing(
             f"vLLM {release or installed_release()} has no {where} ({seam.name}: {seam.why}); "
@@ -281,28 +271,6 @@ def read_from(obj: Any, name: str, default: Any = None, release: str | None = No
     ``default`` where that object's ``__init__`` did not set it."""
     where = INSTANCE_BY_NAME[name].location(release or installed_release())
     return getattr(obj, where.rpartition(".")[2], default)
-
-
-def _assigned_in_class(where: str) -> None:
-    """Raise ``SeamMissing`` unless ``module:Class.attribute``'s class assigns
-    ``self.attribute`` in one of its methods (read from its source: no object is built)."""
-    import inspect
-    import textwrap
-
-    path, _, attribute = where.rpartition(".")
-    cls = _resolve(path)
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    for node in ast.walk(tree):
-        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
-        for target in targets:
-            if (
-                isinstance(target, ast.Attribute)
-                and target.attr == attribute
-                and isinstance(target.value, ast.Name)
-                and target.value.id == "self"
-            ):
-                return
-    raise AttributeError(f"{path} never sets self.{attribute}")
 
 
 def missing(release: str | None = None) -> dict[str, str]:
@@ -326,7 +294,7 @@ def missing(release: str | None = None) -> dict[str, str]:
     for instance_seam in INSTANCE_SEAMS:
         where = instance_seam.location(release or installed_release())
         try:
-            _assigned_in_class(where)
+            vllm_source.assigned_in_class(where)
         except (ImportError, AttributeError, OSError, TypeError) as exc:
             found[instance_seam.name] = (
                 f"vLLM {release or installed_release()} has no {where} ({instance_seam.name}: "
@@ -337,57 +305,8 @@ def missing(release: str | None = None) -> dict[str, str]:
 
 def _has_method(where: str, method: str) -> None:
     """Raise unless ``module:Class`` has a callable ``method`` (its own or inherited)."""
-    if not callable(getattr(_resolve(where), method, None)):
+    if not callable(getattr(vllm_source.resolve(where), method, None)):
         raise AttributeError(f"{where.replace(':', '.')} has no method {method}")
-
-
-def _source_of(module_name: str) -> Path | None:
-    """The file of ``module_name`` found on ``sys.path`` without importing it (or vLLM)."""
-    parts = module_name.split(".")
-    for entry in sys.path:
-        base = Path(entry or ".").joinpath(*parts)
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                return candidate
-    return None
-
-
-def _class_in_source(module_name: str, class_name: str) -> ast.ClassDef | None:
-    path = _source_of(module_name)
-    if path is None:
-        return None
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            return node
-    return None
-
-
-def _defined_in_source(module_name: str, class_name: str, method: str, depth: int = 0) -> bool:
-    """Whether ``module_name:class_name`` defines ``method``, itself or through a base class
-    its module imports from vLLM, read from the sources alone (nothing imported)."""
-    path = _source_of(module_name)
-    node = _class_in_source(module_name, class_name)
-    if path is None or node is None or depth > 8:
-        return False
-    if any(
-        isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == method
-        for item in node.body
-    ):
-        return True
-    imported = {
-        alias.asname or alias.name: (item.module, alias.name)
-        for item in ast.parse(path.read_text()).body
-        if isinstance(item, ast.ImportFrom) and item.module
-        for alias in item.names
-    }
-    for base in node.bases:
-        name = base.id if isinstance(base, ast.Name) else None
-        if name is None:
-            continue
-        module, cls = imported.get(name, (module_name, name))
-        if module.startswith("vllm") and _defined_in_source(module, cls, method, depth + 1):
-            return True
-    return False
 
 
 def methods_missing_in_source(release: str) -> dict[str, str]:
@@ -397,7 +316,7 @@ def methods_missing_in_source(release: str) -> dict[str, str]:
     for method in WRAPPED_METHODS:
         for where in method.location(release):
             module_name, _, class_name = where.partition(":")
-            if not _defined_in_source(module_name, class_name, method.name):
+            if not vllm_source.defined_in_source(module_name, class_name, method.name):
                 found[f"{method.name}@{where}"] = (
                     f"vLLM {release} has no {where}.{method.name} (the {method.holder}'s method "
                     f"the plugin wraps to {method.why})"

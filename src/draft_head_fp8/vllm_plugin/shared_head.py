@@ -24,7 +24,7 @@ from draft_head_fp8.evidence.exact_pick import ROWS_FROM_DRAFT, ROWS_FROM_TARGET
 from draft_head_fp8.families.family import AT_SHARE, HeadSource
 from draft_head_fp8.policy import env_enabled
 from draft_head_fp8.vllm_plugin import seams
-from draft_head_fp8.vllm_plugin.head_method import checkpoint_of
+from draft_head_fp8.vllm_plugin.head_bytes import checkpoint_of
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import announce_choices
 from draft_head_fp8.vllm_plugin.selection import select_draft_head_method

@@ -42,7 +42,7 @@ from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.families.family import AT_SHARE
 from draft_head_fp8.policy import draft_update_refused
 from draft_head_fp8.vllm_plugin import seams, update_proof
-from draft_head_fp8.vllm_plugin.head_method import checkpoint_of
+from draft_head_fp8.vllm_plugin.head_bytes import checkpoint_of
 from draft_head_fp8.vllm_plugin.refusal import announce_refused_call
 
 logger = init_logger(f"vllm.{__name__}")
