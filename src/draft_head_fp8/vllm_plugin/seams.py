@@ -110,6 +110,12 @@ SEAMS = (
         "vLLM's stock BF16 head method: what the share must find and the BF16 rows run through",
         _same("vllm.model_executor.layers.vocab_parallel_embedding:UnquantizedEmbeddingMethod"),
     ),
+    Seam(
+        "engine_process_shutdown_timeout",
+        "how long the front end lets the engine core process exit after its SIGTERM before it "
+        "kills the process tree (shutdown_grace: the end-of-serving record is written then)",
+        _same("vllm.v1.engine.utils:get_engine_process_shutdown_timeout"),
+    ),
 )
 
 BY_NAME = {seam.name: seam for seam in SEAMS}
