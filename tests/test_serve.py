@@ -70,6 +70,37 @@ def test_server_has_a_valid_receipt_before_its_first_completion(tmp_path):
     assert drafts and drafts <= picked <= drafts + unverified_bound(1), (counts, drafts)
 
 
+def test_tp2_server_stopped_with_sigterm_keeps_every_ranks_counts(tmp_path, shipped):
+    """TP 2 (the mp executor: one process per rank under the engine core), SIGTERM to the API
+    server: both ranks' end-of-serving diagnostics in one sealed record."""
+    archive = tmp_path / "archive"
+    env = {**engine_env(tmp_path, flag=True, archive=archive), **FLAG_ON, **FP8_EVERYWHERE}
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
+    tp2 = ("--tensor-parallel-size", "2", "--distributed-executor-backend", "mp")
+    server = Server(shipped, env, free_port(), tmp_path, tp2)
+    try:
+        assert server.wait_listening(), server.log()[-4000:]
+        for prompt in ("The quick brown fox", "def main():"):
+            assert server.complete(prompt, 16)["usage"]["completion_tokens"] == 16
+        drafts = server.metrics().get("vllm:spec_decode_num_draft_tokens_total")
+        code = server.stop(signal.SIGTERM, group=False)
+    finally:
+        server.kill()
+    assert code == 0, server.log()[-3000:]
+    last, rank0 = end_of_serving(archive)
+    assert sorted(f for f in last["files"] if f.startswith("diagnostics/")) == [
+        "diagnostics/serving-rank0.json", "diagnostics/serving-rank1.json",
+    ]  # fmt: skip
+    (boot,) = Archive(archive).boots()
+    rank1 = json.loads(
+        boot.read_bytes(f"{proof_folder(last['proof'])}/diagnostics/serving-rank1.json")
+    )
+    # Every rank picks every draft row (the logits are gathered): the same counts on both.
+    assert rank0["certificate"]["counts"] == rank1["certificate"]["counts"]
+    picked = sum(rank0["certificate"]["counts"].values())
+    assert drafts and drafts <= picked <= drafts + unverified_bound(2), (picked, drafts)
+
+
 def test_server_refuses_to_start_with_an_ordered_assistant(tmp_path):
     pair = build_tiny_pair(tmp_path / "pair", ordered_embeddings=True, seed=6)
     archive = tmp_path / "archive"
