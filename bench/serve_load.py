@@ -57,7 +57,7 @@ def speculative_config() -> str:
     return re.search(r"--speculative-config '([^']+)'", README).group(1)
 
 
-def start(pair, flag: bool, port: int, folder: Path, log: Path) -> subprocess.Popen:
+def start(pair, flag: bool, port: int, folder: Path, log: Path, threads: int) -> subprocess.Popen:
     spec = speculative_config().replace("<assistant>", str(pair.assistant))
     argv = [
         sys.executable,
@@ -84,6 +84,8 @@ def start(pair, flag: bool, port: int, folder: Path, log: Path) -> subprocess.Po
     # The environment the project's engines run in (harness.engine_env: vLLM's caches and
     # temporary files in ``folder``, the CPU engine settings), the flag set or removed.
     env = engine_env(folder, flag=flag, archive=folder / "archive", multiprocess=True)
+    # As a user's server runs: OpenMP on every core (the tests' engines take one thread each).
+    env["OMP_NUM_THREADS"] = str(threads)
     with open(log, "w") as out:
         return subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -186,10 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pair-dir", type=Path, default=None)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--prompts-per-slot", type=int, default=2, help="prompts = this x c")
+    parser.add_argument("--prompts-per-slot", type=int, default=3, help="prompts = this x c")
     parser.add_argument("--input-len", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=16)
     parser.add_argument("--port", type=int, default=18765)
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="the server's OpenMP")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "serve_load.json")
     args = parser.parse_args(argv)
     pair = build_pair(args.pair_dir or Path(tempfile.gettempdir()) / "dhfp8-real-gemma4-mtp")
@@ -199,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = scratch / name
         folder.mkdir()
         started = time.monotonic()
-        proc = start(pair, flag, args.port, folder, folder / "server.log")
+        proc = start(pair, flag, args.port, folder, folder / "server.log", args.threads)
         try:
             wait(proc, args.port)
             print(f"flag {name}: listening after {time.monotonic() - started:.0f} s", flush=True)
@@ -227,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         "schema": "draft-head-fp8-bench-serve-load/v1",
         "client": "vllm.benchmarks.serve (vllm bench serve), random dataset, greedy, ignore_eos",
         "cpu": {"flags": cpu_kind(), "cores": os.cpu_count()},
-        "options": {k: getattr(args, k) for k in ("input_len", "output_len", "prompts_per_slot")},
+        "options": {
+            k: getattr(args, k) for k in ("input_len", "output_len", "prompts_per_slot", "threads")
+        },
         "pair": {"draft_head": [262144, 1024], "target_hidden": 5376, "layers": 1},
         "rows": rows,
     }
