@@ -20,6 +20,7 @@ from draft_head_fp8.archive.proofs import (
     next_number,
     proof_folder,
 )
+from draft_head_fp8.archive.prune import prune
 
 RANK0 = "receipts/post_update-rank0.json"
 RANK1 = "receipts/post_update-rank1.json"
@@ -126,13 +127,32 @@ def test_verify_catches_every_damage_to_the_later_proofs(quiet_env, arc, damage,
     assert any(found in p.message for p in report.problems), report.problems
 
 
-def test_a_proof_that_never_sealed_is_listed_not_hidden(quiet_env, arc):
+def test_a_proof_that_never_sealed_is_its_own_kind_of_problem_and_says_what_it_lost(quiet_env, arc):
     boot = _sealed_boot(arc)
-    begin_proof(boot, 1, expected_files=[RANK0], update={"kind": "crash"})
+    begin_proof(boot, 1, expected_files=[RANK0], update={"kind": "end_of_serving"})
     assert [p["status"] for p in list_proofs(boot)] == ["incomplete"]
     report = Archive(arc.root).verify()
-    assert report.ok and any("proof 1 is incomplete" in n for n in report.notes)
+    # Not a damaged file (problems), not "ok" either: what the record held is lost.
+    assert not report.ok and report.problems == []
+    (lost,) = report.incomplete_proofs
+    assert lost.path.endswith("proofs/0001")
+    assert lost.message == (
+        "proof 1 is incomplete: never sealed (no PROOF.json: the engine stopped while writing "
+        f"it, a kill or a crash); update kind end_of_serving; lost: {RANK0} "
+        "(1 of 2 files present)"
+    )
+    assert report.to_dict()["incomplete_proofs"] == [{"path": lost.path, "message": lost.message}]
     # The next proof links past it to the boot's manifest: nothing it did not seal is vouched for.
     _, second = _prove(boot, 2, RANK0)
     assert second["previous_record"] == "MANIFEST.json"
-    assert arc.verify().ok
+    again = arc.verify()
+    assert again.problems == [] and [p.message for p in again.incomplete_proofs] == [lost.message]
+    # Pruning is not blocked by it: it goes with its boot.
+    assert prune(arc.root, keep=1).kept_sealed
+
+
+def test_a_proof_folder_left_empty_lost_the_whole_record(quiet_env, arc):
+    boot = _sealed_boot(arc)
+    (boot.path / "proofs" / "0001").mkdir(parents=True)
+    (lost,) = arc.verify().incomplete_proofs
+    assert lost.message.endswith("lost: the whole record (no update.json)")

@@ -48,6 +48,7 @@ from .fs import (
 )
 from .identity import utc_now
 from .layout import DIR_MODE, FILE_MODE, MANIFEST, encode_json
+from .verify_report import Problem
 
 PROOFS = "proofs"
 RECORD = "PROOF.json"
@@ -287,7 +288,7 @@ def _verify_one(
     fd: int, base: str, number: int, raws: dict, report: Any, buf: bytearray
 ) -> bytes | None:
     if not exists_at(fd, RECORD):
-        report.notes.append(f"{base}: proof {number} is incomplete (no {RECORD}: a crash?)")
+        report.incomplete_proofs.append(Problem(base.rstrip("/"), _lost(fd, base, number)))
         return None
     raw = read_at(fd, RECORD, base + RECORD)
     record = _loads(raw)
@@ -328,6 +329,25 @@ def _verify_one(
     for problem in problems:
         report.add(base + RECORD, problem)
     return raw
+
+
+def _lost(fd: int, base: str, number: int) -> str:
+    """What an unsealed record lost: the files its ``update.json`` expected and never got."""
+    present = {rel for rel, _ in regular_files(fd)}
+    head = (
+        f"proof {number} is incomplete: never sealed (no {RECORD}: the engine stopped while "
+        "writing it, a kill or a crash); "
+    )
+    if UPDATE not in present:
+        return head + f"lost: the whole record (no {UPDATE})"
+    document = _loads(read_at(fd, UPDATE, base + UPDATE)) or {}
+    expected = document.get("expected_files") or []
+    missing = [f for f in expected if f not in present]
+    kind = (document.get("update") or {}).get("kind") or "unknown"
+    return head + (
+        f"update kind {kind}; lost: {', '.join(missing) or 'only the seal'} "
+        f"({len(present)} of {len(expected)} files present)"
+    )
 
 
 def _schemas() -> Any:

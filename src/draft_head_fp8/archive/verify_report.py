@@ -23,6 +23,9 @@ class VerifyReport:
     sealed: list[str] = dataclasses.field(default_factory=list)
     incomplete: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # Later records of sealed boots never sealed (a kill or a crash while one was written): a
+    # kind of their own, not a damaged file, but what they held is lost, so never "ok".
+    incomplete_proofs: list[Problem] = dataclasses.field(default_factory=list)
     files_checked: int = 0
     bytes_checked: int = 0
     chain: list[str] = dataclasses.field(default_factory=list)  # sealed boots in chain (seal) order
@@ -31,7 +34,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.incomplete_proofs
 
     def add(self, path: str | Path, message: str) -> None:
         self.problems.append(Problem(str(path), message))
@@ -43,6 +46,7 @@ class VerifyReport:
             "problems": [dataclasses.asdict(p) for p in self.problems],
             "sealed": self.sealed,
             "incomplete": self.incomplete,
+            "incomplete_proofs": [dataclasses.asdict(p) for p in self.incomplete_proofs],
             "chain": self.chain,
             "notes": self.notes,
             "files_checked": self.files_checked,

@@ -263,6 +263,8 @@ def _cmd_verify(arc: Archive, args) -> int:
             )
         )
         print(f"incomplete: {name} (no {MANIFEST}; listed, never hidden{detail})")
+    for lost in report.incomplete_proofs:
+        print(f"INCOMPLETE {lost}")
     for note in report.notes:
         print(f"note: {note}")
     boots = len(report.sealed) + len(report.incomplete)
@@ -273,7 +275,10 @@ def _cmd_verify(arc: Archive, args) -> int:
     if report.ok:
         print(f"verify: ok, {tail}")
         return 0
-    print(f"verify: FAILED, {len(report.problems)} problem(s) in {tail}")
+    print(
+        f"verify: FAILED, {len(report.problems)} problem(s), "
+        f"{len(report.incomplete_proofs)} incomplete record(s) in {tail}"
+    )
     return 1
 
 

@@ -30,12 +30,15 @@ def register() -> None:
     if _registered or not env_enabled():
         return
     from draft_head_fp8.families import all_families
-    from draft_head_fp8.vllm_plugin import post_share, seams, unserved, vllm_classes
+    from draft_head_fp8.vllm_plugin import post_share, seams, shutdown_grace, unserved, vllm_classes
 
     ModelRegistry = seams.read("model_registry")
 
     # The target is built before the drafter, so the watch for its lm_head must be on first.
     post_share.install_hook()
+    # An ordinary stop must not kill the engine core before its workers keep the boot's last
+    # record (shutdown_grace says why vLLM's default does).
+    shutdown_grace.install()
     for family in all_families():
         for architecture, vllm_class in family.drafters.items():
             # vLLM's own entry is kept: the class it resolves to is the one wrapped (or refused).

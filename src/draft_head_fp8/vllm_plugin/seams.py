@@ -140,6 +140,10 @@ SEAMS = (
          _same("vllm.distributed.parallel_state:get_pp_group")),
     Seam("current_platform", "the platform vLLM runs on (CPU or CUDA)",
          _same("vllm.platforms:current_platform")),
+    Seam("engine_process_shutdown_timeout", "how long the front end lets the engine core process "
+         "exit after its SIGTERM before it kills the process tree (shutdown_grace: the "
+         "end-of-serving record is written then)",
+         _same("vllm.v1.engine.utils:get_engine_process_shutdown_timeout")),
 )  # fmt: skip
 
 BY_NAME = {seam.name: seam for seam in SEAMS}
