@@ -58,6 +58,9 @@ BY_CLASS = {
     "EagleLlama4ForCausalLM": EAGLE1,
     "EagleMiniCPMForCausalLM": dataclasses.replace(EAGLE1, top_tokens=None),
     "EagleDeepseekV3ForCausalLM": dataclasses.replace(EAGLE1, top_tokens=None),
+    "EagleMistralLarge3ForCausalLM": dataclasses.replace(
+        EAGLE1, has_own_lm_head="False", top_tokens=None
+    ),
     "Eagle3LlamaForCausalLM": EAGLE3,
     "Eagle3Qwen3ForCausalLM": EAGLE3,
     "Eagle3DeepseekV2ForCausalLM": EAGLE3,
