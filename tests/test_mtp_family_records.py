@@ -26,6 +26,7 @@ ADDED = {
     "exaone-moe-mtp": ("ExaoneMoeMTP", "num_nextn_predict_layers"),
     "hy-v3-mtp": ("HYV3MTPModel", "num_nextn_predict_layers"),
     "mimo-v2-mtp": ("MiMoV2MTPModel", "num_nextn_predict_layers"),
+    "mimo-v2-omni-mtp": ("MiMoV2OmniMTPModel", "num_nextn_predict_layers"),
 }
 
 

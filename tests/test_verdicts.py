@@ -53,6 +53,7 @@ BY_CLASS = {
     "ExaoneMoeMTP": MTP_LM_HEAD,
     "HYV3MTP": MTP_SHARED,
     "MiMoV2MTP": MTP_LM_HEAD,
+    "MiMoV2OmniMTP": MTP_LM_HEAD,
     "EagleLlamaForCausalLM": EAGLE1,
     "EagleMistralForCausalLM": dataclasses.replace(EAGLE1, has_own_lm_head="False"),
     "EagleLlama4ForCausalLM": EAGLE1,
