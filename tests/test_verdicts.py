@@ -51,6 +51,7 @@ BY_CLASS = {
     "Glm4MoeLiteMTP": MTP_SHARED,
     "NemotronHMTP": dataclasses.replace(MTP_LM_HEAD, has_own_lm_head="False"),
     "ExaoneMoeMTP": MTP_LM_HEAD,
+    "Exaone4_5_MTP": MTP_LM_HEAD,
     "HYV3MTP": MTP_SHARED,
     "MiMoV2MTP": MTP_LM_HEAD,
     "MiMoV2OmniMTP": MTP_LM_HEAD,
@@ -205,9 +206,10 @@ def test_an_environment_that_lacks_a_package_is_a_note_not_the_verdict():
     assert v.kind == "reads like a family"
     assert v.reason.endswith(
         "; vLLM cannot import its model file here (ModuleNotFoundError: No module named "
-        "'torchvision'): the test-only stand-in tests/shims/torchvision (the Qwen3.5 and "
-        "MiMo-V2-Omni engine tests') gets it through that import without changing what it "
-        "computes: an engine test of it runs with that on its path"
+        "'torchvision'): the test-only stand-in tests/shims/torchvision (what the engine tests "
+        "of the families whose model files import torchvision run with) gets it through that "
+        "import without changing what it computes: an engine test of it runs with that on its "
+        "path"
     )
     other = verdict(**KIND_CASES["reads like a family"],
                     import_error="ModuleNotFoundError: No module named 'flash_mla'")  # fmt: skip

@@ -305,9 +305,9 @@ def _to_import(error: str) -> str:
     missing, stand_in = STAND_IN
     if missing in error:
         return (
-            f"the test-only stand-in {stand_in} (the Qwen3.5 and MiMo-V2-Omni engine tests') "
-            "gets it through that import without changing what it computes: an engine test of "
-            "it runs with that on its path"
+            f"the test-only stand-in {stand_in} (what the engine tests of the families whose "
+            "model files import torchvision run with) gets it through that import without "
+            "changing what it computes: an engine test of it runs with that on its path"
         )
     return "an engine test of it needs an environment where it imports"
 
