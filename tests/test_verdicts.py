@@ -49,6 +49,7 @@ BY_CLASS = {
     "ErnieMTP": MTP_LM_HEAD,
     "Qwen3_5MTP": MTP_LM_HEAD,
     "Glm4MoeLiteMTP": MTP_SHARED,
+    "GlmOcrMTP": MTP_SHARED,
     "NemotronHMTP": dataclasses.replace(MTP_LM_HEAD, has_own_lm_head="False"),
     "ExaoneMoeMTP": MTP_LM_HEAD,
     "Exaone4_5_MTP": MTP_LM_HEAD,
