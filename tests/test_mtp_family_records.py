@@ -24,8 +24,11 @@ ADDED = {
     "ernie45-mtp": ("ErnieMTPModel", "num_nextn_predict_layers"),
     "nemotron-h-mtp": ("NemotronHMTPModel", "num_nextn_predict_layers"),
     "exaone-moe-mtp": ("ExaoneMoeMTP", "num_nextn_predict_layers"),
+    "exaone45-mtp": ("Exaone4_5_MTP", "num_nextn_predict_layers"),
+    "glm-ocr-mtp": ("GlmOcrMTPModel", "num_nextn_predict_layers"),
     "hy-v3-mtp": ("HYV3MTPModel", "num_nextn_predict_layers"),
     "mimo-v2-mtp": ("MiMoV2MTPModel", "num_nextn_predict_layers"),
+    "mimo-v2-omni-mtp": ("MiMoV2OmniMTPModel", "num_nextn_predict_layers"),
 }
 
 

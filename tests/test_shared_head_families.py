@@ -42,6 +42,10 @@ from draft_head_fp8.families import all_families
 from draft_head_fp8.families.family import TARGET
 from draft_head_fp8.tiny import SHIPPED, build, shipped_pair
 from draft_head_fp8.tiny.common import update_config
+from draft_head_fp8.worker_probe import NO_DATA
+
+# What torch says where the reload's proof would read rows that have no data.
+NO_ROWS = "Cannot copy out of meta tensor; no data!"
 
 pytestmark = pytest.mark.engine
 TP2 = ("--tensor-parallel-size", "2")
@@ -264,6 +268,8 @@ def test_reload_weights_after_the_proof_proves_the_head_again(runs):
     vllm_error = off["reload_weights"]["error"]
     assert on["reload_weights"]["error"] == vllm_error
     boot, _, _ = runs.archived()
+    if off["reload_weights"]["after"][0]["target_head_sha256"] == NO_DATA:
+        return _a_reload_that_left_no_rows_is_not_proven(runs, boot)
     proof, end = list_proofs(boot)  # the reload's proof, then the end-of-serving record
     assert end["update"]["kind"] == "end_of_serving" and end["status"] == "sealed"
     receipt = json.loads(boot.read_bytes(f"{proof_folder(1)}/{receipt_path(0, 'post_update')}"))
@@ -281,6 +287,25 @@ def test_reload_weights_after_the_proof_proves_the_head_again(runs):
     for run in (on, off):
         for tensor in ("target_head_sha256", "target_embed_sha256"):
             assert run["reload_weights"]["after"][0][tensor] == off["after_start"][tensor]
+    assert Archive(runs.on.archive).verify().ok
+
+
+def _a_reload_that_left_no_rows_is_not_proven(runs, boot):
+    """vLLM's reload failed and left the target's head with no data, flag off too (Mistral Large
+    3's EAGLE class replaces the engine's model_config by the draft's while it builds, so vLLM
+    reloads the target from the draft's folder, and fails): there are no rows to prove a head
+    from. The flag proves nothing then: no later proof, the FP8 head refused from the update on
+    (the BF16 rows serve), said in the end-of-serving record; the boot still sealed."""
+    on, off = runs.on.facts, runs.off.facts
+    assert off["reload_weights"]["error"] is not None
+    for run in (on, off):
+        assert run["reload_weights"]["after"][0]["target_head_sha256"] == NO_DATA
+    (end,) = list_proofs(boot)
+    assert end["update"]["kind"] == "end_of_serving" and end["status"] == "sealed"
+    serving = json.loads(boot.read_bytes(f"{proof_folder(1)}/{diagnostics_path(0, 'serving')}"))
+    why = f"no proof after vLLM's failed reload ({NO_ROWS})"
+    assert serving["validation"]["reason"] == why
+    assert serving["head"]["batch_paths"]["why"].endswith(why)
     assert Archive(runs.on.archive).verify().ok
 
 

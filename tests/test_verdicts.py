@@ -49,15 +49,21 @@ BY_CLASS = {
     "ErnieMTP": MTP_LM_HEAD,
     "Qwen3_5MTP": MTP_LM_HEAD,
     "Glm4MoeLiteMTP": MTP_SHARED,
+    "GlmOcrMTP": MTP_SHARED,
     "NemotronHMTP": dataclasses.replace(MTP_LM_HEAD, has_own_lm_head="False"),
     "ExaoneMoeMTP": MTP_LM_HEAD,
+    "Exaone4_5_MTP": MTP_LM_HEAD,
     "HYV3MTP": MTP_SHARED,
     "MiMoV2MTP": MTP_LM_HEAD,
+    "MiMoV2OmniMTP": MTP_LM_HEAD,
     "EagleLlamaForCausalLM": EAGLE1,
     "EagleMistralForCausalLM": dataclasses.replace(EAGLE1, has_own_lm_head="False"),
     "EagleLlama4ForCausalLM": EAGLE1,
     "EagleMiniCPMForCausalLM": dataclasses.replace(EAGLE1, top_tokens=None),
     "EagleDeepseekV3ForCausalLM": dataclasses.replace(EAGLE1, top_tokens=None),
+    "EagleMistralLarge3ForCausalLM": dataclasses.replace(
+        EAGLE1, has_own_lm_head="False", top_tokens=None
+    ),
     "Eagle3LlamaForCausalLM": EAGLE3,
     "Eagle3Qwen3ForCausalLM": EAGLE3,
     "Eagle3DeepseekV2ForCausalLM": EAGLE3,
@@ -201,7 +207,16 @@ def test_an_environment_that_lacks_a_package_is_a_note_not_the_verdict():
     assert v.kind == "reads like a family"
     assert v.reason.endswith(
         "; vLLM cannot import its model file here (ModuleNotFoundError: No module named "
-        "'torchvision'): an engine test of it needs an environment where it imports"
+        "'torchvision'): the test-only stand-in tests/shims/torchvision (what the engine tests "
+        "of the families whose model files import torchvision run with) gets it through that "
+        "import without changing what it computes: an engine test of it runs with that on its "
+        "path"
+    )
+    other = verdict(**KIND_CASES["reads like a family"],
+                    import_error="ModuleNotFoundError: No module named 'flash_mla'")  # fmt: skip
+    assert other.reason.endswith(
+        "(ModuleNotFoundError: No module named 'flash_mla'): an engine test of it needs an "
+        "environment where it imports"
     )
 
 

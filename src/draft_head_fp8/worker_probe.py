@@ -53,6 +53,17 @@ def _decision(drafter: Any, family: Any, head: Any) -> Any:
     )
 
 
+# What a tensor with no data hashes to here: a reload vLLM fails partway can leave the target's
+# tensors on the meta device (flag off too); the probe says so instead of failing to read them.
+NO_DATA = "meta: no data"
+
+
+def _sha256(tensor: Any) -> str:
+    from draft_head_fp8.fp8 import tensor_sha256
+
+    return NO_DATA if tensor.is_meta else tensor_sha256(tensor)
+
+
 def observe(worker: Any) -> dict:
     """What this worker's models look like now: a receipt of the draft head as it serves, the
     hashes of the target's embedding and head, and whether the plugin touched vLLM at all."""
@@ -63,7 +74,6 @@ def observe(worker: Any) -> dict:
     plugin_modules = sorted(m for m in sys.modules if m.startswith("draft_head_fp8.vllm_plugin."))
 
     from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
-    from draft_head_fp8.fp8 import tensor_sha256
     from draft_head_fp8.runners import describe
 
     runner = worker.model_runner
@@ -80,8 +90,8 @@ def observe(worker: Any) -> dict:
     return {
         "family": family.name,
         "receipt": receipt,
-        "target_embed_sha256": tensor_sha256(modules.target_embed.weight),
-        "target_head_sha256": tensor_sha256(modules.target_head.weight),
+        "target_embed_sha256": _sha256(modules.target_embed.weight),
+        "target_head_sha256": _sha256(modules.target_head.weight),
         "draft_heads": [path for path, _ in modules.draft_heads],
         "draft_heads_are_target_head": [m is modules.target_head for _, m in modules.draft_heads],
         # With the flag off these must show that the plugin did nothing at all.

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from draft_head_fp8.families.family import Family
+from draft_head_fp8.families.family import Family, config_value
 
 
 @cache
@@ -49,7 +49,14 @@ def by_drafter_class(class_name: str) -> tuple[Family, str] | None:
 def for_config(config: Any, folder: Path | None = None) -> Family | None:
     """The family a drafter checkpoint belongs to, from its config (and, where the config alone
     cannot tell, its folder's safetensors headers)."""
-    for family in all_families():
+    families = all_families()
+    # A family whose architecture the config names first: a model type can be shared by two
+    # families (MiMo-V2-Omni's config is MiMo-V2-Flash's kind), an architecture is one's.
+    named = set(config_value(config, "architectures") or ())
+    for family in families:
+        if named & set(family.hf_architectures) and family.is_drafter(config, folder):
+            return family
+    for family in families:
         if family.is_drafter(config, folder):
             return family
     return None

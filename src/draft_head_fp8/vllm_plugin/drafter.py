@@ -74,12 +74,16 @@ def draft_folder(vllm_config: VllmConfig) -> Any:
     return resolve_model_dir(draft_config.model, getattr(draft_config, "revision", None))
 
 
-def head_plan(family: Family, vllm_config: VllmConfig, head: HeadSource) -> HeadPlan:
+def head_plan(
+    family: Family, vllm_config: VllmConfig, head: HeadSource, target_config: Any = None
+) -> HeadPlan:
     """Everything ``head`` needs from the engine's config and environment, read once; a bad
-    setting refuses start-up here, before anything is built."""
+    setting refuses start-up here, before anything is built. ``target_config``: the target's
+    model config as it was before vLLM built the drafter (by default the engine's now)."""
     speculative = vllm_config.speculative_config
     draft_config = speculative.draft_model_config
-    source_config = draft_config if head.folder == DRAFT else vllm_config.model_config
+    target_config = vllm_config.model_config if target_config is None else target_config
+    source_config = draft_config if head.folder == DRAFT else target_config
     return HeadPlan(
         family=family,
         head=head,
@@ -102,6 +106,10 @@ class DraftHeadFp8Drafter:
     family: Family
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
+        # The target's config, read before vLLM's class is built: some classes replace the
+        # engine's model_config by the draft's while they build (Mistral Large 3's EAGLE), and
+        # the target's folder is where a shared head's bytes are checked.
+        self._target_config = vllm_config.model_config
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         self.head_decision: Any = None
         try:
@@ -131,7 +139,7 @@ class DraftHeadFp8Drafter:
     def _plan_the_share(self, vllm_config: VllmConfig, head: HeadSource) -> None:
         if seams.read("pp_group")().world_size != 1:
             raise HeadFp8EligibilityError(no_pipeline_parallel("head"))
-        plan = head_plan(self.family, vllm_config, head)
+        plan = head_plan(self.family, vllm_config, head, self._target_config)
         post_share.arm(self, vllm_config, plan)
         logger.info(
             "draft-head-fp8: %s drafter %s: its head is the target's, shared after load; a "
@@ -156,7 +164,7 @@ class DraftHeadFp8Drafter:
         if method is None:
             return
         self._check_seam(head)
-        plan = head_plan(self.family, vllm_config, head)
+        plan = head_plan(self.family, vllm_config, head, self._target_config)
         checkpoint = checkpoint_of(
             plan.checkpoint_dir, self.lm_head, self.lm_head.weight.dtype, plan.head.tensor
         )
