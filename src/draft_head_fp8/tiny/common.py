@@ -227,6 +227,10 @@ def mtp_glue(
 
 # What every target-head family's tiny config shares: small, the tokenizer's special ids, and
 # room for compare's default max-model-len (1024).
+# The smallest vision tower the vision-language targets' configs build (one block): the MTP tests
+# run their language model only, so the tower's size is only what its config must hold.
+SMALL_VISION = dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2)
+
 SMALL_TEXT = dict(
     vocab_size=2048,
     hidden_size=128,

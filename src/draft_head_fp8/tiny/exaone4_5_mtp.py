@@ -15,19 +15,19 @@ from __future__ import annotations
 import json
 import os
 
-from draft_head_fp8.tiny.common import SMALL_TEXT, TinyPair, build_mtp_target, mtp_glue
+from draft_head_fp8.tiny.common import (
+    SMALL_TEXT,
+    SMALL_VISION,
+    TinyPair,
+    build_mtp_target,
+    mtp_glue,
+)
 
 HIDDEN = SMALL_TEXT["hidden_size"]
 LAYERS = 2  # the language model's; the MTP layer is saved as one more and moved
 VARIANTS: dict[str, str] = {}
 VISION = dict(
-    depth=1,
-    hidden_size=64,
-    intermediate_size=128,
-    num_heads=2,
-    num_key_value_heads=2,
-    out_hidden_size=HIDDEN,
-    fullatt_block_indexes=[0],
+    SMALL_VISION, num_key_value_heads=2, out_hidden_size=HIDDEN, fullatt_block_indexes=[0]
 )
 
 

@@ -17,18 +17,12 @@ from __future__ import annotations
 import json
 import os
 
-from draft_head_fp8.tiny.common import SMALL_TEXT, Randoms, TinyPair, build_mtp_target
+from draft_head_fp8.tiny.common import SMALL_TEXT, SMALL_VISION, Randoms, TinyPair, build_mtp_target
 
 HIDDEN = SMALL_TEXT["hidden_size"]
 LAYERS = 2  # the language model's; layer LAYERS is the MTP block
 VARIANTS: dict[str, str] = {}
-VISION = dict(
-    depth=1,
-    hidden_size=64,
-    intermediate_size=128,
-    num_heads=2,
-    out_hidden_size=HIDDEN,
-)
+VISION = dict(SMALL_VISION, out_hidden_size=HIDDEN)
 
 
 def config():

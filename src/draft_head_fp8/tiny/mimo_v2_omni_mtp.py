@@ -12,23 +12,15 @@ from __future__ import annotations
 import os
 
 from draft_head_fp8.tiny import mimo_v2_mtp
-from draft_head_fp8.tiny.common import TinyPair, update_config
+from draft_head_fp8.tiny.common import SMALL_VISION, TinyPair, update_config
 
 VARIANTS: dict[str, str] = {}
 # The smallest tower vLLM's MiMo-V2-Omni constructs: one block, no sinks, merged to the
 # language model's hidden size.
 VISION = dict(
-    depth=1,
-    hidden_size=64,
-    intermediate_size=128,
-    num_heads=2,
-    num_key_value_heads=2,
-    qk_channels=32,
-    kv_channels=32,
-    out_hidden_size=mimo_v2_mtp.HIDDEN,
-    fullatt_block_indexes=[0],
-    use_sink=False,
-)
+    SMALL_VISION, num_key_value_heads=2, qk_channels=32, kv_channels=32,
+    out_hidden_size=mimo_v2_mtp.HIDDEN, fullatt_block_indexes=[0], use_sink=False,
+)  # fmt: skip
 
 
 def build(out: str | os.PathLike, *, seed: int = 0) -> TinyPair:

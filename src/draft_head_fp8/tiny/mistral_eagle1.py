@@ -27,7 +27,7 @@ def config(layers: int):
     )  # fmt: skip
 
 
-def _draft_tensors(fc_weight):
+def draft_tensors(fc_weight):
     def edit(tensors: dict) -> dict:
         layer = ("model.layers.0.", "model.norm.")
         kept = {k: v for k, v in tensors.items() if k.startswith(layer)}
@@ -44,5 +44,5 @@ def build(out: str | os.PathLike, *, seed: int = 0) -> TinyPair:
     return build_eagle1_pair(
         out, seed=seed, target=lambda: MistralForCausalLM(config(2)),
         draft=lambda: MistralForCausalLM(config(1)),
-        edit=_draft_tensors(Randoms(seed).normal(HIDDEN, 2 * HIDDEN)),
+        edit=draft_tensors(Randoms(seed).normal(HIDDEN, 2 * HIDDEN)),
     )  # fmt: skip

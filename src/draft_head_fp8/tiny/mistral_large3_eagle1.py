@@ -18,6 +18,7 @@ import os
 from draft_head_fp8.tiny.common import Randoms, TinyPair
 from draft_head_fp8.tiny.deepseek_eagle3 import target_config
 from draft_head_fp8.tiny.llama_eagle1 import HIDDEN, build_eagle1_pair
+from draft_head_fp8.tiny.mistral_eagle1 import draft_tensors  # layer 0, the final norm, fc
 
 VARIANTS: dict[str, str] = {}
 ARCHITECTURE = "MistralLarge3ForCausalLM"
@@ -30,16 +31,6 @@ def draft_config():
     return config
 
 
-def _draft_tensors(fc_weight):
-    def edit(tensors: dict) -> dict:
-        layer = ("model.layers.0.", "model.norm.")
-        kept = {k: v for k, v in tensors.items() if k.startswith(layer)}
-        kept["model.fc.weight"] = fc_weight
-        return kept
-
-    return edit
-
-
 def build(out: str | os.PathLike, *, seed: int = 0) -> TinyPair:
     """Write ``out/target`` and ``out/assistant`` (the EAGLE draft). Refuses folders with files."""
     from transformers import DeepseekV3ForCausalLM
@@ -47,7 +38,7 @@ def build(out: str | os.PathLike, *, seed: int = 0) -> TinyPair:
     return build_eagle1_pair(
         out, seed=seed, target=lambda: DeepseekV3ForCausalLM(target_config()),
         draft=lambda: DeepseekV3ForCausalLM(draft_config()),
-        edit=_draft_tensors(Randoms(seed).normal(HIDDEN, 2 * HIDDEN)),
+        edit=draft_tensors(Randoms(seed).normal(HIDDEN, 2 * HIDDEN)),
         target_changes={"architectures": [ARCHITECTURE]},
         num_hidden_layers=1, architectures=[ARCHITECTURE],
     )  # fmt: skip

@@ -10,6 +10,7 @@ import importlib
 import inspect
 import sys
 import textwrap
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,17 @@ def source_of(module_name: str) -> Path | None:
     return None
 
 
+@cache
+def _parsed(path: Path) -> ast.Module:
+    # Once per file: a release check asks each runner's and worker's module for seven methods.
+    return ast.parse(path.read_text())
+
+
 def class_in_source(module_name: str, class_name: str) -> ast.ClassDef | None:
     path = source_of(module_name)
     if path is None:
         return None
-    for node in ast.parse(path.read_text()).body:
+    for node in _parsed(path).body:
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             return node
     return None
@@ -58,7 +65,7 @@ def defined_in_source(module_name: str, class_name: str, method: str, depth: int
         return True
     imported = {
         alias.asname or alias.name: (item.module, alias.name)
-        for item in ast.parse(path.read_text()).body
+        for item in _parsed(path).body
         if isinstance(item, ast.ImportFrom) and item.module
         for alias in item.names
     }
