@@ -54,6 +54,7 @@ BY_CLASS = {
     "ExaoneMoeMTP": MTP_LM_HEAD,
     "Exaone4_5_MTP": MTP_LM_HEAD,
     "HYV3MTP": MTP_SHARED,
+    "HYV4MTP": MTP_SHARED,
     "MiMoV2MTP": MTP_LM_HEAD,
     "MiMoV2OmniMTP": MTP_LM_HEAD,
     "EagleLlamaForCausalLM": EAGLE1,
