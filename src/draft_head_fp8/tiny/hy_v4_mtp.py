@@ -2,15 +2,15 @@
 and its MTP layer together, as Tencent ships them; bf16 safetensors plus a tokenizer trained
 here, built in seconds and without any network. Random weights.
 
-The target is a transformers ``HYV4ForCausalLM`` (MLA with a q-LoRA, dense MLPs) with what
-vLLM's CPU engine cannot run switched off in its config: iHC (``enable_ihc``), DeepSeek's sparse
-attention (every layer ``full_attention``), the output gate and the attention sinks; its head
+The target is a transformers ``HYV4ForCausalLM`` (MLA with a q-LoRA, dense MLPs), plain: every layer
+``full_attention`` (vLLM has no sparse MLA backend on a CPU), and iHC (``enable_ihc``), the output
+gate and the attention sinks off (untried on this CPU: the head's share never reads them); its head
 in BF16 (``enable_lm_head_fp32`` false: the float32 head is refused, variant ``fp32_head``).
-transformers builds those modules whatever the config says and saves them under Tencent's
-names; their tensors are left out, so the checkpoint holds what vLLM builds. Saved with one
-layer more than its config says, that layer moves to ``model.mtp_layers.0.*`` (Tencent's
-place for it), beside the glue vLLM's ``HYV4MTP`` loads: ``enorm``, ``hnorm``, ``eh_proj``
-(``[hidden, 2 * hidden]``) and ``final_layernorm``.
+transformers builds those modules whatever the config says and saves them under Tencent's names;
+their tensors are left out, so the checkpoint holds what vLLM builds. Saved with one layer more than
+its config says, that layer moves to ``model.mtp_layers.0.*`` (Tencent's place for it), beside the
+glue vLLM's ``HYV4MTP`` loads: ``enorm``, ``hnorm``, ``eh_proj`` (``[hidden, 2 * hidden]``) and
+``final_layernorm``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ VARIANTS = {
 # The MLA shape vLLM's CPU attention accepts; HY V4 always has a q-LoRA.
 MLA = dict(q_lora_rank=64, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=64,
            v_head_dim=64)  # fmt: skip
-# What vLLM's CPU engine cannot run (iHC's Triton kernels, sparse attention), off.
+# What the head's share never reads, off (sparse attention, which vLLM cannot run on a CPU, is
+# off through layer_types below).
 OFF = dict(enable_ihc=False, gated_mla=False, learnable_sink=False)
 # What transformers saves whatever the config says, for the features switched off above (the
 # output gate, sinks, iHC, the sparse indexer), under the checkpoint's names.
