@@ -28,6 +28,7 @@ ADDED = {
     "exaone45-mtp": ("Exaone4_5_MTP", "num_nextn_predict_layers"),
     "glm-ocr-mtp": ("GlmOcrMTPModel", "num_nextn_predict_layers"),
     "hy-v3-mtp": ("HYV3MTPModel", "num_nextn_predict_layers"),
+    "hy-v4-mtp": ("HYV4MTPModel", "num_nextn_predict_layers"),
     "mimo-v2-mtp": ("MiMoV2MTPModel", "num_nextn_predict_layers"),
     "mimo-v2-omni-mtp": ("MiMoV2OmniMTPModel", "num_nextn_predict_layers"),
 }

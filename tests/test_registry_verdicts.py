@@ -53,6 +53,8 @@ NAMED = {
     "DSparkDraftModel": ("raises here", None),  # DeepSeek-V4's CPU class raises when built
     "Dots3NoteMTPModel": ("cannot import here", "deepseek-v3-mtp"),  # imports CUDA-only flash-attn
     "OpenPanguMTPModel": ("reads like a family", "deepseek-v3-mtp"),  # no config in transformers
+    # Its MLA splits kv_b_proj's weight after vLLM's CPU linear method dropped it (fails at load).
+    "KimiK3MTPModel": ("cannot build here", "deepseek-v3-mtp"),
     "EagleCohereForCausalLM": ("embedding head", None),
     "InklingMTPModel": ("logits changed", None),  # its own GEMM over lm_head.weight
     "Step3p5MTP": ("own heads per layer", None),
@@ -68,6 +70,25 @@ def test_what_the_issue_names_is_judged_so(registry, architecture):
     if family is not None:
         assert v.family == family
         assert family in v.reason
+
+
+def test_a_class_whose_attention_reads_a_weight_vllms_cpu_gemm_dropped_cannot_build_here(
+    registry,
+):
+    """Measured: vLLM 0.34 loading a tiny Kimi K3 here fails in its MLA's
+    process_weights_after_loading (``kv_b_proj weight (0,)``); the verdict reads that from the
+    source, names the class that fails and what would make it run."""
+    _, verdicts = registry
+    v = verdicts["KimiK3MTPModel"]
+    assert v.reason.startswith(
+        "vLLM cannot build it on this platform (vllm.models.kimi_k3.nvidia.mla:"
+        "MultiHeadLatentAttention, which it builds, splits kv_b_proj's weight after loading "
+        "(split_kv_b_proj) without marking kv_b_proj _cpu_skip_gemm_dispatch"
+    )
+    assert "it needs a vLLM whose class keeps that weight on a CPU, or a GPU" in v.reason
+    # The MLA drafters whose attention is vLLM's own MLAAttention (which keeps it) build here.
+    for architecture in ("DeepSeekMTPModel", "Glm4MoeLiteMTPModel", "HYV4MTPModel"):
+        assert verdicts[architecture].kind != "cannot build here"
 
 
 def test_every_dspark_class_adds_a_markov_term_or_cannot_run_here(registry):

@@ -54,6 +54,7 @@ BY_CLASS = {
     "ExaoneMoeMTP": MTP_LM_HEAD,
     "Exaone4_5_MTP": MTP_LM_HEAD,
     "HYV3MTP": MTP_SHARED,
+    "HYV4MTP": MTP_SHARED,
     "MiMoV2MTP": MTP_LM_HEAD,
     "MiMoV2OmniMTP": MTP_LM_HEAD,
     "EagleLlamaForCausalLM": EAGLE1,
@@ -109,6 +110,8 @@ KIND_CASES = {
     "reads like a family": dict(logits_heads=("lm_head", MTP_LAYERS), heads=(MTP_LAYERS,)),
     "cannot import here": dict(logits_heads=("lm_head",), heads=("lm_head",),
                                import_error="ImportError: needs the CUDA flash attention"),
+    "cannot build here": dict(logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,),
+                              build_error="its attention drops a weight it reads"),
     "not judged": dict(logits_heads=("model.mtp[].head",), heads=("model.mtp[].head",)),
 }  # fmt: skip
 
@@ -146,6 +149,21 @@ def test_the_reasons_by_kind_exactly():
         "vLLM's class refuses this platform when built (NotImplementedError: not on CPU): nothing "
         "can be built or proven here; judge it where vLLM builds it"
     )
+
+
+def test_a_class_vllm_cannot_build_here_says_why_and_how_it_reads_its_head():
+    v = verdict(**KIND_CASES["cannot build here"])
+    assert (v.status, v.kind, v.family) == (REFUSED, "cannot build here", "deepseek-v3-mtp")
+    assert v.reason == (
+        "vLLM cannot build it on this platform (its attention drops a weight it reads): nothing "
+        "can be built or proven here; read from its source, it reads its head like "
+        "deepseek-v3-mtp (the target's, shared (an MTP share): model.layers[].shared_head.head), "
+        "the share the plugin already proves: not yet served: needs a family record, a tiny "
+        "checkpoint and an engine test"
+    )
+    # A judgment that is not a candidate for serving keeps its own reason.
+    markov = verdict(**KIND_CASES["markov term"], build_error="x")
+    assert markov.kind == "markov term"
 
 
 def test_an_architecture_no_judgment_fits_is_not_judged_yet():

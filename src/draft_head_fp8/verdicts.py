@@ -47,6 +47,7 @@ class ClassFacts:
     read: bool = True  # whether the class's source was found and read
     lineage: tuple[str, ...] = ()  # the class and its vLLM bases, by name
     import_error: str | None = None  # why vLLM cannot import its model file here
+    build_error: str | None = None  # why, read from its source, vLLM cannot build it here
     raises: str | None = None  # what its __init__ raises before building anything
     compute_logits: bool = True
     logits_heads: tuple[str, ...] = ()  # what compute_logits hands logits_processor as the head
@@ -85,6 +86,11 @@ KINDS: dict[str, tuple[str, str]] = {
         REFUSED,
         "vLLM's model file for it does not import on this platform ({error}): nothing can be "
         "built or proven here; read from its source, it {inner}",
+    ),
+    "cannot build here": (
+        REFUSED,
+        "vLLM cannot build it on this platform ({error}): nothing can be built or proven here; "
+        "read from its source, it {inner}",
     ),
     "no head": (
         REFUSED,
@@ -343,6 +349,10 @@ def judge(
         kind, status = "cannot import here", REFUSED
         inner = reason.removeprefix("not judged yet: ")
         reason = KINDS[kind][1].format(error=error, inner=inner)
+    elif facts.build_error and kind in _CANDIDATES:
+        kind, status = "cannot build here", REFUSED
+        inner = reason.removeprefix("not judged yet: ")
+        reason = KINDS[kind][1].format(error=facts.build_error, inner=inner)
     elif error and kind not in ("served", "raises here"):
         reason += f"; vLLM cannot import its model file here ({error}): {_to_import(error)}"
     return Verdict(

@@ -199,6 +199,11 @@ def _platform(attribute: str) -> Any:
         return None
 
 
+def platform_answer(attribute: str) -> Any:
+    """What ``current_platform`` says of ``attribute`` (``is_cpu``...), None where unreadable."""
+    return _platform(attribute)
+
+
 @cache
 def find_class(module: str, name: str, depth: int = 0) -> ClassRef | None:
     """The class statement that ``module``'s name ``name`` is, following imports."""

@@ -12,7 +12,7 @@ import ast
 from collections.abc import Iterator
 
 from draft_head_fp8.verdicts import ClassFacts
-from draft_head_fp8.vllm_plugin import class_source
+from draft_head_fp8.vllm_plugin import build_facts, class_source
 from draft_head_fp8.vllm_plugin.class_source import ClassRef
 
 HEAD_CLASS = "ParallelLMHead"
@@ -348,6 +348,7 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         vllm_class=ref.qualified,
         lineage=tuple(r.name for r in chain),
         raises=raises(chain),
+        build_error=build_facts.build_error(chain),
         compute_logits=defined,
         logits_heads=heads_read,
         logits_changes=changes,

@@ -1,0 +1,83 @@
+"""What vLLM's own source says keeps a drafter's class from being built on this platform, read
+with ``ast`` (nothing imported): where vLLM's shared layers provide for the platform and a
+model's own module, constructed by the drafter, does not. A fact beside an import error: the
+model file imports, vLLM constructs the class, and loading its weights fails.
+
+One such fact so far, on a CPU: vLLM's unquantized linear method packs each linear layer's weight
+for the CPU GEMM after loading and drops the weight (``dispatch_cpu_unquantized_gemm``), except
+on a layer marked ``_cpu_skip_gemm_dispatch``. vLLM's own ``MLAAttention`` marks its
+``kv_b_proj``, because it splits that weight after loading (``split_kv_b_proj``); a model's own
+attention that splits ``kv_b_proj`` and never marks it finds an empty weight there (measured:
+Kimi K3's ``MultiHeadLatentAttention``, ``AssertionError: kv_b_proj weight (0,) vs
+kv_lora_rank=512 num_heads=2`` while vLLM 0.34 loads a tiny Kimi K3 here, text only, with
+``VLLM_KIMI_K3_GEMM_AR=0``: by default its model file imports cutlass while building).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from draft_head_fp8.vllm_plugin import class_source
+from draft_head_fp8.vllm_plugin.class_source import ClassRef
+
+SPLITS = "split_kv_b_proj"
+KEEPS = "_cpu_skip_gemm_dispatch"
+
+
+def _on_cpu() -> bool:
+    return class_source.platform_answer("is_cpu") is True
+
+
+def built(chain: tuple[ClassRef, ...], depth: int = 0) -> Iterator[ClassRef]:
+    """Every vLLM model class the chain constructs into its attributes, and what those
+    construct, depth first (a class once)."""
+    seen: set[str] = {ref.qualified for ref in chain}
+
+    def walk(links: tuple[ClassRef, ...], level: int) -> Iterator[ClassRef]:
+        if level > 6:
+            return
+        for ref, _, value in class_source.self_assignments(links):
+            for node in ast.walk(value):
+                if not isinstance(node, ast.Call):
+                    continue
+                cls = class_source.constructed(links, ref, node.func)
+                if cls is None or not class_source.is_model_class(cls) or cls.qualified in seen:
+                    continue
+                seen.add(cls.qualified)
+                yield cls
+                yield from walk(class_source.lineage(cls), level + 1)
+
+    yield from walk(chain, depth)
+
+
+def _splits_unkept(ref: ClassRef) -> bool:
+    """Whether ``ref`` splits ``kv_b_proj``'s weight after loading, in a module that never marks
+    a layer to keep its weight on a CPU."""
+    found = class_source.method((ref,), "process_weights_after_loading")
+    if found is None:
+        return False
+    splits = any(
+        isinstance(node, ast.Call) and class_source.name_of(node.func) == SPLITS
+        for node in ast.walk(found[1])
+    )
+    module = class_source.read_module(ref.module)
+    if not splits or module is None:
+        return False
+    return not any(isinstance(n, ast.Attribute) and n.attr == KEEPS for n in ast.walk(module.tree))
+
+
+def build_error(chain: tuple[ClassRef, ...]) -> str | None:
+    """Why vLLM cannot build the chain's class on this platform, and what would; None where
+    its source says nothing of the kind."""
+    if not _on_cpu():
+        return None
+    for cls in built(chain):
+        if _splits_unkept(cls):
+            return (
+                f"{cls.qualified}, which it builds, splits kv_b_proj's weight after loading "
+                f"({SPLITS}) without marking kv_b_proj {KEEPS}, as vLLM's own MLAAttention does "
+                "on a CPU: vLLM's CPU linear method has dropped that weight by then, so loading "
+                "fails; it needs a vLLM whose class keeps that weight on a CPU, or a GPU"
+            )
+    return None
