@@ -137,6 +137,7 @@ def certified_top_k(
     bound: LogitBound,
     suppressed: torch.Tensor | None = None,
     term: torch.Tensor | None = None,
+    terms: torch.Tensor | None = None,
     host_sync: bool = True,
     totals: torch.Tensor | None = None,
 ) -> CertifiedTopK:
@@ -145,7 +146,9 @@ def certified_top_k(
 
     ``logits``: the FP8 head's ``[..., partition]`` (not modified); ``rows``: the BF16 rows;
     ``term``: ``[..., partition]``, added as vLLM adds it; ``k >= top`` FP8 candidates at stage
-    a, ``wide_k`` more at stage b. With ``host_sync=False`` nothing is read from the device:
+    a, ``wide_k`` more at stage b. ``terms``: ``bound.terms`` of the whole head call these rows
+    were part of (a ``scaled_mm`` kernel's activation scale is the call's), by default the
+    rows' own. With ``host_sync=False`` nothing is read from the device:
     stage c never runs and a row uncertified by stage b is served from its candidates and
     counted ``uncertified``. Padding and ``suppressed`` tokens are never picked."""
     if not 1 <= top <= min(k, valid_rows):
@@ -165,7 +168,8 @@ def certified_top_k(
     # only a choice of candidates, and one that a rounding of the sum does not tie).
     scan = masked + term.float() if term is not None else masked
     candidates = scan.topk(min(k, partition), dim=-1).indices
-    upper = masked.addmm_(bound.terms(x), bound.rows, beta=1 - bound.rounding_slope)
+    terms = bound.terms(x) if terms is None else terms.reshape(-1, 2)
+    upper = masked.addmm_(terms, bound.rows, beta=1 - bound.rounding_slope)
     reach = _reach(upper, extra, rows.dtype, term).float()
     a, a_certified = _stage(rows, x, reach, blocked, term, candidates, None, top)
     wide = min(wide_k, partition)
