@@ -163,14 +163,18 @@ def test_a_drafter_that_adds_a_term_drafts_the_bf16_heads_pick_after_it(runs):
     """DSpark: vLLM adds a Markov term (from the token drafted just before) to the head's logits
     and drafts their argmax. Every id its loop hands on, flag off and on, is checked against
     ``argmax(BF16 head + term)`` (the head recomputed from the checkpoint, the term vLLM's own);
-    the term decided a part of them, so the head's argmax alone would not pass; flag on, every
-    one of them was a certified pick after the term, made from the FP8 head's plain logits."""
+    the term decided a part of them, so the head's argmax alone would not pass; flag on, the
+    argmax of the plain FP8 logits plus the term would have drafted other tokens (the tiny
+    target's head has twin rows, tiny/qwen3_dspark.py), and every one of them was a certified
+    pick after the term."""
     off, on = runs.off.facts, runs.on.facts
     for facts in (off, on):
         agreement = facts["draft_agreement"]
         assert agreement["after_term"] == agreement["agree"] == agreement["steps"] > 50
     assert off["draft_agreement"]["term_moved"] > 0
     assert on["draft_agreement"]["term_moved"] == off["draft_agreement"]["term_moved"]
+    assert off["draft_agreement"]["fp8_argmax_differs"] == 0  # flag off the head is BF16
+    assert on["draft_agreement"]["fp8_argmax_differs"] > 0  # what the pick after the term fixed
     counts = on["after_generate"]["certificate"]["counts"]
     assert counts["uncertified"] == 0 and sum(counts.values()) >= on["draft_agreement"]["steps"]
 

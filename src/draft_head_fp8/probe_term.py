@@ -6,7 +6,9 @@ At the drafter's logits processor both heads pass: the draft head's call (one bl
 positions, ordered (request, position)) gives the reference logits; the term head's
 (``markov_w2``) gives each position's term. vLLM's ``map_draft_to_target`` receives each
 position's ids: there they are compared, then the position moves on. Flag off this checks the
-reference itself (vLLM's BF16 pick); flag on, the plugin's pick after the term.
+reference itself (vLLM's BF16 pick); flag on, the plugin's pick after the term, and how often
+the argmax of the logits the head served (plain FP8 there) plus the term would have drafted
+another token (``fp8_argmax_differs``: what the pick after the term corrected).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def watch_term_agreement(drafter: Any, steps: int, reference: Any, stats: dict) 
     argmax: the first maximum), ``steps`` positions per block; returns the forward hook to
     register on the drafter's logits processor."""
     term_head = drafter.model.markov_head.markov_w2
-    block: dict = {"reference": None, "step": 0, "term": None}
+    block: dict = {"reference": None, "served": None, "step": 0, "term": None}
 
     def compare(module: Any, args: tuple, kwargs: dict, logits: Any) -> None:
         head = args[0] if args else kwargs["lm_head"]
@@ -29,6 +31,7 @@ def watch_term_agreement(drafter: Any, steps: int, reference: Any, stats: dict) 
         hidden = args[1] if len(args) > 1 else kwargs["hidden_states"]
         expected = reference(hidden, logits.dtype)
         block["reference"] = expected.view(-1, steps, expected.shape[-1])
+        block["served"] = logits.cpu().view(-1, steps, logits.shape[-1])
         block["step"] = 0
 
     served = drafter.map_draft_to_target
@@ -42,6 +45,9 @@ def watch_term_agreement(drafter: Any, steps: int, reference: Any, stats: dict) 
         # Where the term decided the pick: the head's argmax alone would have drafted another.
         moved = int((picked != expected[..., :vocab].argmax(-1)).sum())
         stats["term_moved"] = stats.get("term_moved", 0) + moved
+        served_pick = (block["served"][:, step, :vocab] + term[..., :vocab]).argmax(-1)
+        differs = int((served_pick != picked).sum())
+        stats["fp8_argmax_differs"] = stats.get("fp8_argmax_differs", 0) + differs
         d2t = getattr(drafter, "draft_id_to_target_id", None)
         if d2t is not None:
             picked = picked + d2t.cpu()[picked]

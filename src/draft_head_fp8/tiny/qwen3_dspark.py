@@ -13,6 +13,11 @@
 No embedding and no head: vLLM shares the target's (``load_dspark_model``), so the draft's head
 is the target's, as for Mistral's EAGLE. ``block_size`` draft tokens per step, the mask token
 ``<unk>``. Random weights, bf16, built in seconds without network.
+
+Every token has a twin (``TWINS``): rows ``2j`` and ``2j + 1`` of the target's head differ by
+1 % noise, closer than the FP8 step, and their Markov rows are equal, so the term never tells
+them apart: whichever of each pair the BF16 head prefers, the FP8 head's argmax after the term
+often does not, and the engine test can see a pick after the term that is not exact.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ from draft_head_fp8.tiny.common import (
     TinyPair,
     copy_tokenizer,
     empty_folder,
+    rewrite_weights,
     save_model,
     train_tokenizer,
 )
 
 ARCHITECTURE = "Qwen3DSparkModel"
+TWINS = 1e-2  # how far apart twin rows of the target's head are (relative noise)
 MARKOV_RANK = 16
 BLOCK_SIZE = 3
 TARGET_LAYER_IDS = [0, 1]
@@ -76,8 +83,26 @@ def draft_tensors(seed: int) -> dict:
         "norm.weight": rand.ones(hidden),
         # term_j = w2_j . w1[prev]: about 0.1 across tokens, half the target head's logits.
         "markov_head.markov_w1.weight": rand.normal(vocab, MARKOV_RANK, std=1.0),
-        "markov_head.markov_w2.weight": rand.normal(vocab, MARKOV_RANK, std=0.025),
+        "markov_head.markov_w2.weight": rand.normal(vocab // 2, MARKOV_RANK, std=0.025)
+        .repeat_interleave(2, 0)
+        .contiguous(),
     }
+
+
+def twin_rows(seed: int):
+    """An edit for ``rewrite_weights``: row ``2j + 1`` of the target's head becomes row ``2j``
+    times (1 + ``TWINS`` N(0, 1))."""
+    import torch
+
+    def edit(tensors: dict) -> dict:
+        head = tensors["lm_head.weight"].float()
+        gen = torch.Generator().manual_seed(seed + 11)
+        noise = 1 + TWINS * torch.randn(head[0::2].shape, generator=gen)
+        head[1::2] = head[0::2] * noise
+        tensors["lm_head.weight"] = head.to(torch.bfloat16)
+        return tensors
+
+    return edit
 
 
 def build(out: str | os.PathLike, *, seed: int = 0) -> TinyPair:
@@ -96,6 +121,7 @@ def build(out: str | os.PathLike, *, seed: int = 0) -> TinyPair:
         tok_dir = Path(scratch) / "tokenizer"
         train_tokenizer(tok_dir, eagle3.VOCAB)
         save_model(Qwen3ForCausalLM(qwen3_eagle3.config(3)), tok_dir, pair.target)
+        rewrite_weights(pair.target, twin_rows(seed))
         save_file(draft_tensors(seed), pair.assistant / WEIGHTS, metadata={"format": "pt"})
         text = json.dumps(draft_config(), indent=2, sort_keys=True) + "\n"
         (pair.assistant / "config.json").write_text(text)
