@@ -179,6 +179,19 @@ def test_a_drafter_that_adds_a_term_drafts_the_bf16_heads_pick_after_it(runs):
     assert counts["uncertified"] == 0 and sum(counts.values()) >= on["draft_agreement"]["steps"]
 
 
+@pytest.mark.parametrize("runs", TERM_RUNS, ids=_id, indirect=True)
+def test_dspark_draft_topk_is_refused_at_start_up_with_its_reason(runs):
+    """vLLM's top-k Markov path takes the head's top-k alone and adds the term to those only:
+    not the pick after the term this family proves. The engine does not start; no receipt."""
+    run = runs.serve(
+        "topk", flag=True, env=FP8_EVERYWHERE, args=("--speculative-option", "dspark_draft_topk=4")
+    ).launch
+    assert run.returncode != 0 and run.facts is None
+    lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
+    assert lines and runs.family.refusal({"dspark_draft_topk": 4}) in lines[0], run.stderr[-3000:]
+    assert not any("receipt" in p for p in tree(runs.root / "topk" / "archive"))
+
+
 def test_the_target_head_keeps_serving_bf16_and_is_never_written(runs):
     on = runs.on.facts
     receipt = on["after_start"]["receipt"]
