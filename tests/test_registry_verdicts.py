@@ -45,7 +45,7 @@ def test_every_reason_is_its_kinds(registry):
 
 # What the issue names, judged from vLLM 0.32's source: (kind, the family it reads like).
 NAMED = {
-    "Qwen3DSparkModel": ("markov term", None),  # adds a low-rank Markov term
+    "Gemma4DSparkModel": ("markov term", None),  # adds a low-rank Markov term
     "MedusaModel": ("several heads", None),
     "DFlashDraftModel": ("block drafting", None),
     "PEagleDraftModel": ("parallel drafting", None),
@@ -91,14 +91,17 @@ def test_a_class_whose_attention_reads_a_weight_vllms_cpu_gemm_dropped_cannot_bu
         assert verdicts[architecture].kind != "cannot build here"
 
 
-def test_every_dspark_class_adds_a_markov_term_or_cannot_run_here(registry):
+def test_every_dspark_class_is_served_picking_after_its_term_or_says_why_not(registry):
     _, verdicts = registry
     dspark = {a: v for a, v in verdicts.items() if "DSpark" in (v.vllm_class or "")}
     assert len(dspark) >= 3
     for v in dspark.values():
-        assert v.kind in ("markov term", "raises here"), v
+        assert v.kind in ("served", "markov term", "raises here"), v
+        if v.kind == "served":  # Qwen3's class: the pick made after its term (markov_pick)
+            assert by_name(v.family).term is not None, v
         if v.kind == "markov term":
             assert "exact pick is not the draft's argmax" in v.reason
+    assert {v.family for v in dspark.values() if v.kind == "served"} == {"qwen3-dspark"}
 
 
 def test_the_refusal_is_the_verdicts_sentence(registry):

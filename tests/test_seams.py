@@ -190,6 +190,18 @@ def test_any_wrapped_method_missing_on_a_live_object_is_named_with_its_release(m
     )
 
 
+def test_the_pick_after_a_term_overrides_exactly_the_drafter_methods_the_table_names():
+    from draft_head_fp8.vllm_plugin.markov_pick import MarkovTermPick
+
+    own = {name for name, value in vars(MarkovTermPick).items() if callable(value)}
+    assert {name for name in own if not name.startswith("_")} == {
+        m.name for m in seams.TERM_PICK_METHODS
+    }
+    for method in seams.TERM_PICK_METHODS:
+        for where in method.location("0.32"):  # vLLM's own DSpark class has each
+            assert callable(getattr(_real(where), method.name, None)), where
+
+
 def test_every_wrapped_method_has_its_wrapper_and_no_wrapper_is_outside_the_table():
     source = (PACKAGE / "vllm_plugin" / "updates.py").read_text()
     wrapped = set(re.findall(r'^\s+"(\w+)": \(partial\(', source, re.M))

@@ -1,6 +1,6 @@
-"""The real vLLM engine (CPU build) on each drafter family whose head is the target's (MTP and
-EAGLE-1 drafters): tiny real checkpoints built with transformers, flag off and flag on, once per
-family per session; every assertion below reads those two runs.
+"""The real vLLM engine (CPU build) on each drafter family whose head is the target's (MTP,
+EAGLE-1 and DSpark drafters): tiny real checkpoints built with transformers, flag off and flag
+on, once per family per session; every assertion below reads those two runs.
 
 With the flag the drafter's every reference to the head must be a private FP8 head made from the
 target head's BF16 bytes of this rank, the exact pick must rescore from the target head's own
@@ -105,6 +105,8 @@ FAMILY_RUNS = sorted(
     key=lambda run: (run[1] != V034.name, run[0] in NEEDS_TORCHVISION),
 )
 TP2_RUNS = [("deepseek-v3-mtp", V034.name)]
+# The families whose drafter adds a term to the head's logits before it picks (DSpark).
+TERM_RUNS = [(f.name, V034.name) for f in SHARED if f.term is not None]
 
 
 def _id(case: tuple[str, str]) -> str:
@@ -161,6 +163,40 @@ def test_a_private_fp8_head_serves_every_drafter_reference(runs):
     assert receipt["head_weight_is_draft_embed"] is False
     assert receipt["head_weight_is_target_embed"] is False
     assert receipt["head_weight"]["data_ptr"] != receipt["target_lm_head_weight"]["data_ptr"]
+
+
+@pytest.mark.parametrize("runs", TERM_RUNS, ids=_id, indirect=True)
+def test_a_drafter_that_adds_a_term_drafts_the_bf16_heads_pick_after_it(runs):
+    """DSpark: vLLM adds a Markov term (from the token drafted just before) to the head's logits
+    and drafts their argmax. Every id its loop hands on, flag off and on, is checked against
+    ``argmax(BF16 head + term)`` (the head recomputed from the checkpoint, the term vLLM's own);
+    the term decided a part of them, so the head's argmax alone would not pass; flag on, the
+    argmax of the plain FP8 logits plus the term would have drafted other tokens (the tiny
+    target's head has twin rows, tiny/qwen3_dspark.py), and every one of them was a certified
+    pick after the term."""
+    off, on = runs.off.facts, runs.on.facts
+    for facts in (off, on):
+        agreement = facts["draft_agreement"]
+        assert agreement["after_term"] == agreement["agree"] == agreement["steps"] > 50
+    assert off["draft_agreement"]["term_moved"] > 0
+    assert on["draft_agreement"]["term_moved"] == off["draft_agreement"]["term_moved"]
+    assert off["draft_agreement"]["fp8_argmax_differs"] == 0  # flag off the head is BF16
+    assert on["draft_agreement"]["fp8_argmax_differs"] > 0  # what the pick after the term fixed
+    counts = on["after_generate"]["certificate"]["counts"]
+    assert counts["uncertified"] == 0 and sum(counts.values()) >= on["draft_agreement"]["steps"]
+
+
+@pytest.mark.parametrize("runs", TERM_RUNS, ids=_id, indirect=True)
+def test_dspark_draft_topk_is_refused_at_start_up_with_its_reason(runs):
+    """vLLM's top-k Markov path takes the head's top-k alone and adds the term to those only:
+    not the pick after the term this family proves. The engine does not start; no receipt."""
+    run = runs.serve(
+        "topk", flag=True, env=FP8_EVERYWHERE, args=("--speculative-option", "dspark_draft_topk=4")
+    ).launch
+    assert run.returncode != 0 and run.facts is None
+    lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
+    assert lines and runs.family.refusal({"dspark_draft_topk": 4}) in lines[0], run.stderr[-3000:]
+    assert not any("receipt" in p for p in tree(runs.root / "topk" / "archive"))
 
 
 def test_the_target_head_keeps_serving_bf16_and_is_never_written(runs):

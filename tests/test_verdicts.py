@@ -69,6 +69,10 @@ BY_CLASS = {
     "Eagle3Qwen3ForCausalLM": EAGLE3,
     "Eagle3DeepseekV2ForCausalLM": EAGLE3,
     "Gemma4MTP": OWN_TIED,
+    # Its head read as EAGLE-1's, and the Markov term's own head beside it (markov_pick).
+    "Qwen3DSparkForCausalLM": dataclasses.replace(
+        EAGLE3, heads=("lm_head", "model.markov_head.markov_w2"), top_tokens=None
+    ),
 }
 
 
@@ -134,7 +138,8 @@ def test_the_reasons_by_kind_exactly():
     assert verdict(**KIND_CASES["markov term"]).reason == (
         "adds a low-rank Markov term (model.markov_head.w2) to the head's logits: the FP8 head's "
         "exact pick is not the draft's argmax; serving it needs the exact pick made after that "
-        "term"
+        "term, as qwen3-dspark's is for its class: a family record of its own, a tiny checkpoint "
+        "and an engine test"
     )
     assert verdict(**KIND_CASES["several heads"]).reason == (
         "drafts through several heads (lm_heads[]): the plugin proves one head per drafter; "

@@ -137,6 +137,7 @@ def certified_top_k(
     bound: LogitBound,
     suppressed: torch.Tensor | None = None,
     term: torch.Tensor | None = None,
+    terms: torch.Tensor | None = None,
     host_sync: bool = True,
     totals: torch.Tensor | None = None,
 ) -> CertifiedTopK:
@@ -145,16 +146,14 @@ def certified_top_k(
 
     ``logits``: the FP8 head's ``[..., partition]`` (not modified); ``rows``: the BF16 rows;
     ``term``: ``[..., partition]``, added as vLLM adds it; ``k >= top`` FP8 candidates at stage
-    a, ``wide_k`` more at stage b. With ``host_sync=False`` nothing is read from the device:
-    stage c never runs and a row uncertified by stage b is served from its candidates and
-    counted ``uncertified``. Padding and ``suppressed`` tokens are never picked."""
+    a, ``wide_k`` more at stage b; ``terms``: the bound's of the whole head call (default: x's).
+    With ``host_sync=False`` nothing is read from the device: no stage c, a row left by stage b
+    served from its candidates, ``uncertified``. Padding and ``suppressed`` are never picked."""
     if not 1 <= top <= min(k, valid_rows):
         raise ValueError(f"need 1 <= top <= k and top <= valid_rows, got {top}, {k}, {valid_rows}")
-    flat = logits.reshape(-1, logits.shape[-1])
-    x = hidden.reshape(-1, hidden.shape[-1])
+    flat, x = logits.reshape(-1, logits.shape[-1]), hidden.reshape(-1, hidden.shape[-1])
     partition = flat.shape[-1]
-    if term is not None:
-        term = term.reshape(-1, partition)
+    term = None if term is None else term.reshape(-1, partition)
     blocked = torch.zeros(partition, dtype=torch.bool, device=flat.device)
     blocked[valid_rows:] = True
     if suppressed is not None and suppressed.numel():
@@ -165,7 +164,8 @@ def certified_top_k(
     # only a choice of candidates, and one that a rounding of the sum does not tie).
     scan = masked + term.float() if term is not None else masked
     candidates = scan.topk(min(k, partition), dim=-1).indices
-    upper = masked.addmm_(bound.terms(x), bound.rows, beta=1 - bound.rounding_slope)
+    terms = bound.terms(x) if terms is None else terms.reshape(-1, 2)  # scaled_mm: the call's
+    upper = masked.addmm_(terms, bound.rows, beta=1 - bound.rounding_slope)
     reach = _reach(upper, extra, rows.dtype, term).float()
     a, a_certified = _stage(rows, x, reach, blocked, term, candidates, None, top)
     wide = min(wide_k, partition)

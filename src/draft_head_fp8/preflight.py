@@ -192,6 +192,24 @@ def device_machine(device: str, here: Machine | None = None) -> Machine:
     raise ValueError(f"device {device!r} is not one of {', '.join(DEVICES)}")
 
 
+def _parallel_note(family: Family, vocab: object) -> str | None:
+    """What tensor parallelism the flag serves this drafter at."""
+    if family.term is not None:
+        return (
+            "the drafter adds a term to the head's logits before it picks (DSpark's Markov "
+            "term): each draft token is the certified pick after it, served greedy, at tensor "
+            "parallel 1, with the certificate on; anything else refuses start-up with its reason"
+        )
+    if not isinstance(vocab, int) or vocab <= 0:
+        return None
+    sizes = [n for n in (1, 2, 4, 8) if padded_vocab(vocab) % n == 0]
+    return (
+        f"tensor parallel: any size that splits the padded vocabulary ({padded_vocab(vocab)} "
+        f"rows) evenly, e.g. {', '.join(map(str, sizes))}; each rank proves its own shard "
+        "and the ranks check each other before serving"
+    )
+
+
 def check_assistant(
     assistant_dir: str | os.PathLike,
     target_dir: str | os.PathLike | None = None,
@@ -297,13 +315,9 @@ def _notes(result: CheckResult, target: dict | None) -> None:
         result.notes.append(
             "no --target given: the serving dtype is taken from the assistant's config"
         )
-    if isinstance(vocab, int) and vocab > 0:
-        sizes = [n for n in (1, 2, 4, 8) if padded_vocab(vocab) % n == 0]
-        result.notes.append(
-            f"tensor parallel: any size that splits the padded vocabulary ({padded_vocab(vocab)} "
-            f"rows) evenly, e.g. {', '.join(map(str, sizes))}; each rank proves its own shard "
-            "and the ranks check each other before serving"
-        )
+    parallel = _parallel_note(result.family, vocab)
+    if parallel:
+        result.notes.append(parallel)
     result.notes.append(
         "pipeline parallelism is refused: vLLM skips the share, so there is no proof"
     )

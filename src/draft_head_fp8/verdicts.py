@@ -99,7 +99,9 @@ KINDS: dict[str, tuple[str, str]] = {
     "markov term": (
         REFUSED,
         "adds a low-rank Markov term ({extra}) to the head's logits: the FP8 head's exact pick "
-        "is not the draft's argmax; serving it needs the exact pick made after that term",
+        "is not the draft's argmax; serving it needs the exact pick made after that term, as "
+        "qwen3-dspark's is for its class: a family record of its own, a tiny checkpoint and an "
+        "engine test",
     ),
     "several heads": (
         REFUSED,

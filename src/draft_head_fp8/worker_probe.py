@@ -251,6 +251,11 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
         stats["agree"] += int(same.sum())
 
     watch_top_tokens(processor, reference, stats)
+    if family_of(drafter).term is not None:  # the pick is made after a term: checked there
+        from draft_head_fp8.probe_term import watch_term_agreement
+
+        steps = worker.vllm_config.speculative_config.num_speculative_tokens
+        compare = watch_term_agreement(drafter, steps, reference, stats)
     # One watch at a time: after a weight update the reference is the updated head's.
     previous = getattr(drafter, "_draft_agreement_hook", None)
     if previous is not None:

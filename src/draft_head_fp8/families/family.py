@@ -12,7 +12,7 @@ Pure: no torch, no vLLM import (modules are duck-typed, configs read as dicts or
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,10 @@ DRAFT, TARGET = "draft", "target"
 # When the head's bytes exist: loaded with the drafter's own weights, or handed to the drafter by
 # vLLM's proposer after loading (the target's head, shared).
 AT_LOAD, AT_SHARE = "load", "share"
+# A term added to the head's logits before the pick: DSpark's low-rank Markov bias, and the
+# head the term is computed through (a ParallelLMHead too, but no reference to the draft head).
+MARKOV_TERM = "markov"
+TERM_HEADS = {MARKOV_TERM: "model.markov_head.markov_w2"}
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,11 @@ class Family:
     # Why vLLM's own weight-transfer session of this family's draft model cannot run in place
     # (the flag refuses it before a byte moves, with this reason); None where it can.
     draft_updates_refused: str | None = None
+    # The term vLLM's drafter adds to the head's logits before it picks (``MARKOV_TERM``: DSpark's
+    # Markov bias): the head then serves plain FP8 logits and the exact pick is made after the
+    # term, where vLLM adds it (``vllm_plugin/markov_pick.py``); None where the head's argmax is
+    # the draft token.
+    term: str | None = None
 
     @property
     def shares_target_head(self) -> bool:
@@ -194,8 +203,17 @@ class Family:
             return self.head
         return self.head_for(Path(draft_folder))
 
+    def draft_heads(self, drafter: Any) -> tuple[tuple[str, Any], ...]:
+        """Every reference to the draft head (``draft_heads``); the head a term is computed
+        through (DSpark's ``markov_w2``) is not one."""
+        term_head = TERM_HEADS.get(self.term) if self.term else None
+        return tuple(item for item in draft_heads(drafter) if item[0] != term_head)
+
     def resolve(self, drafter: Any, target_model: Any) -> Modules:
-        return resolve(drafter, target_model)
+        modules = resolve(drafter, target_model)
+        if self.term is None:
+            return modules
+        return replace(modules, draft_heads=self.draft_heads(drafter))
 
     def is_drafter(self, config: Any, folder: Path | None) -> bool:
         architectures = config_value(config, "architectures") or []

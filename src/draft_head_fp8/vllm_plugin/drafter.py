@@ -34,6 +34,7 @@ from draft_head_fp8.policy import (
 )
 from draft_head_fp8.vllm_plugin import CLASS_PREFIX, post_share, seams, vllm_classes
 from draft_head_fp8.vllm_plugin.head_bytes import checkpoint_of
+from draft_head_fp8.vllm_plugin.markov_pick import MarkovTermPick
 from draft_head_fp8.vllm_plugin.plan import HeadPlan, fp8_head_quant_config
 from draft_head_fp8.vllm_plugin.refusal import (
     announce_choices,
@@ -237,7 +238,11 @@ def drafter_class(name: str) -> type:
     reason = class_refusal(family, architecture, base)
     if reason is not None:
         return refusing_class(name, base, reason, __name__)
-    cls = type(name, (DraftHeadFp8Drafter, base), {"family": family, "__module__": __name__})
+    # A family whose drafter adds a term to the head's logits picks after it (markov_pick).
+    mixins = (MarkovTermPick,) if family.term is not None else ()
+    cls = type(
+        name, (*mixins, DraftHeadFp8Drafter, base), {"family": family, "__module__": __name__}
+    )
     cls.__qualname__ = name
     return cls
 

@@ -49,6 +49,18 @@ init_fp8_linear_kernel = seams.read("init_fp8_linear_kernel")
 get_current_vllm_config = seams.read("current_vllm_config")
 
 
+def picks_after_term(plan: Any, fused: bool) -> bool:
+    """Whether the drafter adds a term to the head's logits before it picks (its family says):
+    the head then serves plain FP8 logits. The fused kernel picks inside the head: refused."""
+    after = getattr(plan.family, "term", None) is not None
+    if after and fused:
+        raise HeadFp8EligibilityError(
+            "the fused kernel makes the pick inside the head, and this drafter adds a term to the "
+            "head's logits before it picks: serve it with DRAFT_HEAD_FP8_KERNEL=vllm"
+        )
+    return after
+
+
 class DraftHeadFp8LinearMethod(QuantizeMethodBase):
     """Per-tensor FP8 for the draft LM head. Reports itself under its own name in receipts."""
 
@@ -91,6 +103,9 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         self.bound_facts: dict | None = None  # what the diagnostics say of it
         self.pick_counts: torch.Tensor | None = None
         self.target_head: torch.nn.Module | None = None  # the target's head, for a shared head
+        # A drafter that adds a term to the logits before it picks (DSpark): the head serves
+        # plain FP8 logits, and the drafter makes the certified pick after the term.
+        self.picks_after_term = False
 
     def install(
         self,
@@ -148,6 +163,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         self.bf16_setting = plan.bf16_from
         start, end = indices.org_vocab_start_index, indices.org_vocab_end_index
         self.suppress_tokens = [t - start for t in suppress_tokens or () if start <= t < end]
+        self.picks_after_term = picks_after_term(plan, fused)
         head.quant_method = self
 
     def create_weights(self, *args: Any, **kwargs: Any) -> None:
@@ -324,9 +340,13 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
             self.watch.before_draft_call()
         # A Python branch on the batch, never on values: each CUDA graph or compiled size takes
         # one path, and nothing waits for the device.
-        if self.bf16 is not None and x.numel() // x.shape[-1] >= self.bf16_from:
+        if self.serves_bf16_rows(x):
             return self.bf16(x, bias)
         return self._fp8_logits(layer, x, bias)
+
+    def serves_bf16_rows(self, x: torch.Tensor) -> bool:
+        """Whether a call on ``x`` is served by the BF16 rows (exact logits), not the FP8 head."""
+        return self.bf16 is not None and x.numel() // x.shape[-1] >= self.bf16_from
 
     def _fp8_logits(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
@@ -334,7 +354,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         if isinstance(self.fp8_linear, FusedW8A16HeadKernel):  # the scan and the pick in one
             return self.fp8_linear.pick(self, layer, x)
         logits = self.fp8_linear.apply_weights(layer, x, bias)
-        if self.rescore_rows is None:
+        if self.rescore_rows is None or self.picks_after_term:
             return logits
         if self.bound is not None:
             return certified_pick.pick(self, logits, x)

@@ -43,7 +43,7 @@ from draft_head_fp8.evidence.encoding import document_bytes
 from draft_head_fp8.evidence.exact_pick import pick_record, validate_pick
 from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
 from draft_head_fp8.evidence.verdict import receipt_verdict
-from draft_head_fp8.families.family import AT_SHARE, Modules, draft_heads, is_head
+from draft_head_fp8.families.family import AT_SHARE, Modules, is_head
 from draft_head_fp8.nodes import LAUNCH_RECORD, NodePlace, single_node
 from draft_head_fp8.runners import describe, find_on_stack, find_worker_on_stack
 from draft_head_fp8.vllm_plugin import launch, shared_head, updates
@@ -89,7 +89,7 @@ def arm(drafter: torch.nn.Module, vllm_config: Any, plan: HeadPlan) -> None:
     install_hook()
     armed = _Armed(drafter, vllm_config, plan)
     if plan.head.when == AT_SHARE:
-        points = {("", "lm_head")} | {_split(path) for path, _ in draft_heads(drafter)}
+        points = {("", "lm_head")} | {_split(path) for path, _ in plan.family.draft_heads(drafter)}
     else:
         points = {("model", plan.family.share)}
     for owner, name in points:

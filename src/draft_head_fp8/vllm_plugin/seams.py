@@ -234,6 +234,20 @@ WRAPPED_METHODS = (
 )  # fmt: skip
 
 
+# The drafter methods vLLM's DSpark speculator calls, by name, around its Markov term: the pick
+# after the term (``markov_pick.MarkovTermPick``) is made in them, so each must be the drafter's.
+_DSPARK = {release: ("vllm.model_executor.models.qwen3_dspark:Qwen3DSparkForCausalLM",)
+           for release in RELEASES}  # fmt: skip
+TERM_PICK_METHODS = (
+    WrappedMethod("compute_draft_logits", MODEL, "keep the block's FP8 logits and hidden states "
+                  "for the pick after the term", _DSPARK),
+    WrappedMethod("markov_bias", MODEL, "take each position's Markov term as vLLM computes it",
+                  _DSPARK),
+    WrappedMethod("map_draft_to_target", MODEL, "hand vLLM the certified pick after the term "
+                  "instead of the FP8 argmax", _DSPARK),
+)  # fmt: skip
+
+
 class SeamMissing(AttributeError):
     """A name the plugin reads is not where the installed vLLM should keep it."""
 
@@ -285,7 +299,7 @@ def missing(release: str | None = None) -> dict[str, str]:
             read(seam.name, release)
         except SeamMissing as exc:
             found[seam.name] = str(exc)
-    for method in WRAPPED_METHODS:
+    for method in (*WRAPPED_METHODS, *TERM_PICK_METHODS):
         for where in method.location(release or installed_release()):
             try:
                 _has_method(where, method.name)
@@ -317,7 +331,7 @@ def methods_missing_in_source(release: str) -> dict[str, str]:
     """The wrapped methods the vLLM on ``sys.path`` lacks where the table says ``release`` keeps
     them, read from its sources without importing vLLM (what ``check`` says before a start)."""
     found = {}
-    for method in WRAPPED_METHODS:
+    for method in (*WRAPPED_METHODS, *TERM_PICK_METHODS):
         for where in method.location(release):
             module_name, _, class_name = where.partition(":")
             if not vllm_source.defined_in_source(module_name, class_name, method.name):
