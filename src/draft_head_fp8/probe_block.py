@@ -16,10 +16,11 @@ from typing import Any
 def plain_fp8_argmax(head: Any, hidden: Any, vocab: int) -> Any:
     """The argmax of the head's plain FP8 logits on ``hidden`` over the ``vocab`` real tokens
     (its kernel alone, the whole head), or None where the head is not this package's FP8 head
-    at tensor parallel 1."""
+    at tensor parallel 1. The fused kernel (``pick``) makes its pick inside its scan: it serves
+    no plain logits to compare."""
     method = getattr(head, "quant_method", None)
     kernel = getattr(method, "fp8_linear", None)
-    if kernel is None or not hasattr(kernel, "apply_weights") or getattr(head, "tp_size", 1) != 1:
+    if kernel is None or hasattr(kernel, "pick") or getattr(head, "tp_size", 1) != 1:
         return None
     return kernel.apply_weights(head, hidden, None)[..., :vocab].argmax(-1).cpu()
 
