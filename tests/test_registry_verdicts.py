@@ -47,7 +47,9 @@ def test_every_reason_is_its_kinds(registry):
 NAMED = {
     "Gemma4DSparkModel": ("markov term", None),  # adds a low-rank Markov term
     "MedusaModel": ("several heads", None),
-    "DFlashDraftModel": ("block drafting", None),
+    # Laguna's DFlash class drafts a block as DFlashQwen3ForCausalLM (qwen3-dflash) does, but is
+    # not that class.
+    "DFlashLagunaForCausalLM": ("block drafting", None),
     "PEagleDraftModel": ("parallel drafting", None),
     "ExtractHiddenStatesModel": ("no head", None),
     "DSparkDraftModel": ("raises here", None),  # DeepSeek-V4's CPU class raises when built
@@ -102,6 +104,22 @@ def test_every_dspark_class_is_served_picking_after_its_term_or_says_why_not(reg
         if v.kind == "markov term":
             assert "exact pick is not the draft's argmax" in v.reason
     assert {v.family for v in dspark.values() if v.kind == "served"} == {"qwen3-dspark"}
+
+
+def test_dflashs_class_is_served_and_every_other_block_drafter_says_which_are(registry):
+    """The architectures vLLM builds as DFlashQwen3ForCausalLM (DFlash's own, Muse Glimmer's
+    two) are qwen3-dflash's; every other class that drafts a block on a DFlash class (Laguna's,
+    DFlash2's, ...) is refused, naming the classes whose block drafting is served."""
+    _, verdicts = registry
+    family = by_name("qwen3-dflash")
+    vllm_class = family.drafters["DFlashDraftModel"]
+    dflash = {a: v for a, v in verdicts.items() if v.vllm_class == vllm_class}
+    assert set(dflash) == set(family.drafters) and len(dflash) == 3
+    assert {(v.kind, v.family) for v in dflash.values()} == {("served", "qwen3-dflash")}
+    blocks = [v for v in verdicts.values() if v.kind == "block drafting"]
+    assert blocks
+    for v in blocks:
+        assert "block drafting is served for qwen3-dflash (DFlashQwen3ForCausalLM)" in v.reason
 
 
 def test_the_refusal_is_the_verdicts_sentence(registry):

@@ -1,6 +1,6 @@
 """The real vLLM engine (CPU build) on each drafter family whose head is the target's (MTP,
-EAGLE-1 and DSpark drafters): tiny real checkpoints built with transformers, flag off and flag
-on, once per family per session; every assertion below reads those two runs.
+EAGLE-1, DFlash and DSpark drafters): tiny real checkpoints built with transformers, flag off and
+flag on, once per family per session; every assertion below reads those two runs.
 
 With the flag the drafter's every reference to the head must be a private FP8 head made from the
 target head's BF16 bytes of this rank, the exact pick must rescore from the target head's own
@@ -64,6 +64,8 @@ class Runs:
         (self.root / name).mkdir()
         if self.engine.runner == "mrv2" and self.family.name not in SHIPPED:
             args = (*args, *MRV2_RANDOM_TOKENS)
+        if self.family.drafts_block:  # a block with a first, a middle and a last position
+            args = (*args, "--speculative-tokens", str(BLOCK_TOKENS))
         return serve(
             self.root / name, self.pair, flag=flag, env=family_env(self.family.name, env),
             args=args, engine=self.engine.name,
@@ -107,6 +109,9 @@ FAMILY_RUNS = sorted(
 TP2_RUNS = [("deepseek-v3-mtp", V034.name)]
 # The families whose drafter adds a term to the head's logits before it picks (DSpark).
 TERM_RUNS = [(f.name, V034.name) for f in SHARED if f.term is not None]
+# The families that draft a whole block per step from one head call (DFlash), and their block.
+BLOCK_RUNS = [(f.name, V034.name) for f in SHARED if f.drafts_block]
+BLOCK_TOKENS = 3
 
 
 def _id(case: tuple[str, str]) -> str:
@@ -184,6 +189,29 @@ def test_a_drafter_that_adds_a_term_drafts_the_bf16_heads_pick_after_it(runs):
     assert on["draft_agreement"]["fp8_argmax_differs"] > 0  # what the pick after the term fixed
     counts = on["after_generate"]["certificate"]["counts"]
     assert counts["uncertified"] == 0 and sum(counts.values()) >= on["draft_agreement"]["steps"]
+
+
+@pytest.mark.parametrize("runs", BLOCK_RUNS, ids=_id, indirect=True)
+def test_every_position_of_a_drafted_block_is_the_bf16_heads_pick(runs):
+    """DFlash: vLLM's speculator hands the head every request's every draft position in one
+    call and drafts each row's argmax. Every position of the block, flag off and on, drafted the
+    BF16 head's pick (the head recomputed from the checkpoint), each call whole blocks; flag on,
+    the plain FP8 argmax (vLLM's FP8 kernel alone, on the same hidden states) would have drafted
+    other tokens (the tiny target's head has twin rows, tiny/qwen3_dflash.py): the certified pick
+    made every one of them the BF16 head's."""
+    off, on = runs.off.facts, runs.on.facts
+    for facts in (off, on):
+        agreement = facts["draft_agreement"]
+        positions = agreement["positions"]
+        assert len(positions) == BLOCK_TOKENS and "ragged" not in agreement
+        assert all(p["agree"] == p["steps"] > 20 for p in positions), positions
+        assert sum(p["steps"] for p in positions) == agreement["steps"]
+        # Every draft token vLLM counted is a row the probe checked, and no other row was.
+        assert agreement["steps"] == facts["spec_decode"]["num_draft_tokens"]
+    assert off["draft_agreement"]["fp8_argmax_differs"] == 0  # flag off the head is BF16
+    assert on["draft_agreement"]["fp8_argmax_differs"] > 0  # what the certified pick corrected
+    counts = on["after_generate"]["certificate"]["counts"]
+    assert counts["uncertified"] == 0 and sum(counts.values()) == on["draft_agreement"]["steps"]
 
 
 @pytest.mark.parametrize("runs", TERM_RUNS, ids=_id, indirect=True)

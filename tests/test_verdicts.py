@@ -40,6 +40,9 @@ OWN_TIED = ClassFacts("X", "vllm.model_executor.models.gemma4_mtp:Gemma4MTP",
                       logits_heads=("lm_head",), heads=("lm_head",), has_own_lm_head="True",
                       logits_changes=("masks: logits.index_fill_",),
                       top_tokens="its own")  # fmt: skip
+DFLASH = dataclasses.replace(
+    EAGLE3, lineage=("DFlashQwen3ForCausalLM", "Qwen3ForCausalLM"), top_tokens=None
+)
 BY_CLASS = {
     "DeepSeekMTP": MTP_SHARED,
     "Glm4MoeMTP": MTP_SHARED,
@@ -69,9 +72,13 @@ BY_CLASS = {
     "Eagle3Qwen3ForCausalLM": EAGLE3,
     "Eagle3DeepseekV2ForCausalLM": EAGLE3,
     "Gemma4MTP": OWN_TIED,
-    # Its head read as EAGLE-1's, and the Markov term's own head beside it (markov_pick).
+    # A block per step, its head read as EAGLE-3's (its own or the target's, d2t).
+    "DFlashQwen3ForCausalLM": DFLASH,
+    # DFlash's, and the Markov term's own head beside it (markov_pick).
     "Qwen3DSparkForCausalLM": dataclasses.replace(
-        EAGLE3, heads=("lm_head", "model.markov_head.markov_w2"), top_tokens=None
+        DFLASH,
+        heads=("lm_head", "model.markov_head.markov_w2"),
+        lineage=("Qwen3DSparkForCausalLM", *DFLASH.lineage),
     ),
 }
 
@@ -150,6 +157,15 @@ def test_the_reasons_by_kind_exactly():
         "model.layers[].shared_head.head), the share the plugin already proves: not yet served: "
         "needs a family record, a tiny checkpoint and an engine test"
     )
+    assert verdict(**KIND_CASES["block drafting"]).reason == (
+        "drafts a block of tokens in one pass (DFlash: DFlashQwen3ForCausalLM) with a class no "
+        "family serves: vLLM's block drafting is served for qwen3-dflash "
+        "(DFlashQwen3ForCausalLM), qwen3-dspark (Qwen3DSparkForCausalLM) only, each proven on "
+        "the engine (every position of the block through the FP8 head and the exact pick), not "
+        "for this class; its head: its own if its checkpoint has one, else the target's "
+        "(has_own_lm_head per checkpoint): lm_head; d2t; needs a family record, a tiny "
+        "checkpoint and an engine test"
+    )
     assert verdict(**KIND_CASES["raises here"]).reason == (
         "vLLM's class refuses this platform when built (NotImplementedError: not on CPU): nothing "
         "can be built or proven here; judge it where vLLM builds it"
@@ -196,6 +212,9 @@ def test_the_family_a_candidate_reads_like_is_the_closest_served_one():
     assert family_alike(eagle3, served()).name.endswith("-eagle3")  # d2t: EAGLE-3's
     eagle1 = dataclasses.replace(eagle3, d2t=False, has_own_lm_head="False")
     assert family_alike(eagle1, served()).name.endswith("-eagle1")  # an EAGLE drafter's
+    # A family that drafts a block per step (DFlash, DSpark) is no EAGLE-3 draft's like.
+    assert family_alike(dataclasses.replace(eagle3, vllm_class="vllm.m:DFlashQwen3ForCausalLM"),
+                        served()).name.endswith("-eagle3")  # fmt: skip
     # An own head, or logits from elsewhere, reads like no family.
     assert family_alike(dataclasses.replace(facts, has_own_lm_head="True"), served()) is None
     assert family_alike(dataclasses.replace(facts, logits_heads=("x.head",)), served()) is None

@@ -131,8 +131,10 @@ KINDS: dict[str, tuple[str, str]] = {
     ),
     "block drafting": (
         REFUSED,
-        "drafts a block of tokens in one pass (DFlash: {extra}), through vLLM's block drafting, "
-        "whose head share no engine test here has watched; its head: {head}; {needs}",
+        "drafts a block of tokens in one pass (DFlash: {extra}) with a class no family serves: "
+        "vLLM's block drafting is served for {blocks} only, each proven on the engine (every "
+        "position of the block through the FP8 head and the exact pick), not for this class; "
+        "its head: {head}; {needs}",
     ),
     "parallel drafting": (
         REFUSED,
@@ -228,6 +230,8 @@ def family_alike(
     for family, theirs in served.values():
         if theirs.d2t != facts.d2t or _mode(theirs) == "own" or not theirs.logits_heads:
             continue
+        if _block_drafter(theirs) is not None:  # drafts a block: no other class drafts alike
+            continue
         if not set(theirs.logits_heads) <= set(SHARED_PATHS):
             continue
         if family.head.when != AT_SHARE and not theirs.d2t:
@@ -274,9 +278,9 @@ def _kind(facts: ClassFacts, served: Mapping[str, tuple[Family, ClassFacts]]) ->
     if embeddings:
         return "embedding head", {"extra": ", ".join(embeddings)}
     alike = family_alike(facts, served)
-    if any("DFlash" in name for name in facts.lineage):
-        flash = next(name for name in facts.lineage if "DFlash" in name)
-        return "block drafting", {"extra": flash}
+    flash = _block_drafter(facts)
+    if flash is not None:
+        return "block drafting", {"extra": flash, "blocks": _served_blocks(served)}
     if PARALLEL_DRAFTING in facts.architecture.lower() and alike is not None:
         return "parallel drafting", {
             "alike": f"reading its head like {alike.name}",
@@ -288,6 +292,21 @@ def _kind(facts: ClassFacts, served: Mapping[str, tuple[Family, ClassFacts]]) ->
     if alike is not None:
         return "reads like a family", {"family": alike.name}
     return "not judged", {"why": _unjudged(facts)}
+
+
+def _block_drafter(facts: ClassFacts) -> str | None:
+    """The DFlash class in the lineage of a class that drafts a block per step, else None."""
+    return next((name for name in facts.lineage if "DFlash" in name), None)
+
+
+def _served_blocks(served: Mapping[str, tuple[Family, ClassFacts]]) -> str:
+    """The served families that draft a block per step, with the class each serves."""
+    found = {
+        f"{family.name} ({(theirs.vllm_class or '').rpartition(':')[2]})"
+        for family, theirs in served.values()
+        if _block_drafter(theirs) is not None
+    }
+    return ", ".join(sorted(found)) or "no family"
 
 
 def _unjudged(facts: ClassFacts) -> str:

@@ -225,17 +225,25 @@ def watch_top_tokens(processor: Any, reference: Any, stats: dict) -> None:
     processor.get_top_tokens = top_tokens  # an instance attribute: this process's probe only
 
 
+def _draft_tokens(worker: Any) -> int:
+    """The draft tokens per step: the positions of a block vLLM drafts at once (DFlash, DSpark)."""
+    return worker.vllm_config.speculative_config.num_speculative_tokens
+
+
 def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> bool:
     """Next to every draft logits call, compute the BF16 head's logits from the checkpoint's own
     tensor on the hidden states that reach the head (``bf16_reference``), and count how often the
     two draft tokens agree; the same for every pick vLLM makes without logits
     (``watch_top_tokens``)."""
+    from draft_head_fp8 import probe_block
+
     drafter = _drafter(worker)
     bf16_head = bf16_head_rows(family_of(drafter), target_dir, assistant_dir)
     processor = drafter.logits_processor if hasattr(drafter, "logits_processor") else None
     processor = processor or drafter.model.logits_processor
     reference = bf16_reference(bf16_head, processor)
     stats = {"steps": 0, "agree": 0, "top_tokens": 0}
+    block = _draft_tokens(worker) if family_of(drafter).drafts_block else None
 
     # At the logits processor, not compute_logits: some drafters transform the hidden states on
     # the way to the head (DeepSeek's MTP layer applies its shared_head norm first).
@@ -246,16 +254,20 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
         expected = reference(hidden_states, logits.dtype)
         served_logits = logits.cpu()
         vocab = min(expected.shape[-1], served_logits.shape[-1])
-        same = served_logits[..., :vocab].argmax(-1) == expected[..., :vocab].argmax(-1)
+        picks = expected[..., :vocab].argmax(-1)
+        same = served_logits[..., :vocab].argmax(-1) == picks
         stats["steps"] += int(same.numel())
         stats["agree"] += int(same.sum())
+        if block is not None:  # one call holds whole blocks: counted per position too
+            head = args[0] if args else kwargs["lm_head"]
+            plain = probe_block.plain_fp8_argmax(head, hidden_states, vocab)
+            probe_block.count_block(stats, block, same, picks, plain)
 
     watch_top_tokens(processor, reference, stats)
     if family_of(drafter).term is not None:  # the pick is made after a term: checked there
         from draft_head_fp8.probe_term import watch_term_agreement
 
-        steps = worker.vllm_config.speculative_config.num_speculative_tokens
-        compare = watch_term_agreement(drafter, steps, reference, stats)
+        compare = watch_term_agreement(drafter, _draft_tokens(worker), reference, stats)
     # One watch at a time: after a weight update the reference is the updated head's.
     previous = getattr(drafter, "_draft_agreement_hook", None)
     if previous is not None:

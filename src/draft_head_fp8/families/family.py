@@ -183,6 +183,9 @@ class Family:
     # term, where vLLM adds it (``vllm_plugin/markov_pick.py``); None where the head's argmax is
     # the draft token.
     term: str | None = None
+    # Whether vLLM drafts a whole block per step from one head call, its rows ordered (request,
+    # position) (DFlash): the probe then counts the agreement of each position of the block.
+    drafts_block: bool = False
 
     @property
     def shares_target_head(self) -> bool:
