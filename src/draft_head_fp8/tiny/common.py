@@ -15,7 +15,8 @@ import os
 import shutil
 import sysconfig
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,23 @@ def empty_folder(path: Path) -> Path:
         raise FileExistsError(f"{path} already holds files; choose an empty folder")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextmanager
+def new_pair(out: Path, *, seed: int, vocab: int) -> Iterator[tuple[TinyPair, Path]]:
+    """A target's and its drafter's empty folders under ``out`` (refuses folders with files),
+    torch seeded with ``seed``, and the folder of a ``vocab``-token tokenizer trained here for
+    both, a scratch folder gone when the block ends."""
+    import torch
+
+    pair = TinyPair(target=out / "target", assistant=out / "assistant")
+    for folder in (pair.target, pair.assistant):
+        empty_folder(folder)
+    torch.manual_seed(seed)
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
+        tokenizer = Path(scratch) / "tokenizer"
+        train_tokenizer(tokenizer, vocab)
+        yield pair, tokenizer
 
 
 def stdlib_files() -> list[Path]:

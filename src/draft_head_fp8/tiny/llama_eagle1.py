@@ -13,7 +13,6 @@ vLLM's ``EagleLlamaForCausalLM.load_weights`` reads: ``layers.0.*`` (no input no
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,9 @@ from draft_head_fp8.tiny.common import (
     SMALL_TEXT,
     Randoms,
     TinyPair,
-    empty_folder,
+    new_pair,
     rewrite_weights,
     save_model,
-    train_tokenizer,
     update_config,
 )
 
@@ -91,16 +89,7 @@ def build_eagle1_pair(
     ``target_changes``) and ``out/assistant``: ``draft()`` saved as transformers writes it, then
     ``edit`` cut to what vLLM's EAGLE-1 class reads and its config told ``config_changes``; one
     tokenizer trained here for both. Refuses folders with files."""
-    import torch
-
-    out = Path(out)
-    pair = TinyPair(target=out / "target", assistant=out / "assistant")
-    for folder in (pair.target, pair.assistant):
-        empty_folder(folder)
-    torch.manual_seed(seed)
-    with tempfile.TemporaryDirectory(dir=out) as scratch:
-        tok_dir = Path(scratch) / "tokenizer"
-        train_tokenizer(tok_dir, VOCAB)
+    with new_pair(Path(out), seed=seed, vocab=VOCAB) as (pair, tok_dir):
         save_model(target(), tok_dir, pair.target)
         save_model(draft(), tok_dir, pair.assistant)
     rewrite_weights(pair.assistant, edit)

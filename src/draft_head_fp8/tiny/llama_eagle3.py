@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,8 @@ from draft_head_fp8.tiny.common import (
     Randoms,
     TinyPair,
     copy_tokenizer,
-    empty_folder,
+    new_pair,
     save_model,
-    train_tokenizer,
 )
 
 VOCAB = SMALL_TEXT["vocab_size"]
@@ -190,17 +188,8 @@ def build_pair(out: str | os.PathLike, *, seed: int, target: Callable[[], Any],
     """``out/target`` (the transformers model ``target()`` makes, seeded) and ``out/assistant``
     (``draft(draft_vocab)``: its tensors and its config.json), sharing a tokenizer trained here.
     Refuses folders with files."""
-    import torch
-
     draft_vocab = draft_vocab_of(shared_head=shared_head, full_vocab_own_head=full_vocab_own_head)
-    out = Path(out)
-    pair = TinyPair(target=out / "target", assistant=out / "assistant")
-    for folder in (pair.target, pair.assistant):
-        empty_folder(folder)
-    torch.manual_seed(seed)
-    with tempfile.TemporaryDirectory(dir=out) as scratch:
-        tok_dir = Path(scratch) / "tokenizer"
-        train_tokenizer(tok_dir, VOCAB)
+    with new_pair(Path(out), seed=seed, vocab=VOCAB) as (pair, tok_dir):
         save_model(target(), tok_dir, pair.target)
         tensors, config = draft(draft_vocab)
         write_draft(pair.assistant, pair.target, seed=seed, draft_vocab=draft_vocab,

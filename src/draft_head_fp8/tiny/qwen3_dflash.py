@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from draft_head_fp8.tiny import llama_eagle3 as eagle3
@@ -34,10 +33,9 @@ from draft_head_fp8.tiny.common import (
     Randoms,
     TinyPair,
     copy_tokenizer,
-    empty_folder,
+    new_pair,
     rewrite_weights,
     save_model,
-    train_tokenizer,
 )
 
 ARCHITECTURE = "DFlashDraftModel"
@@ -107,17 +105,10 @@ def twin_rows(seed: int):
 def write_pair(out: Path, *, seed: int, config: dict, tensors) -> TinyPair:
     """``out/target`` (the twin-row Qwen3 target) and ``out/assistant`` (``config`` and
     ``tensors(seed)``). Refuses folders with files."""
-    import torch
     from safetensors.torch import save_file
     from transformers import Qwen3ForCausalLM
 
-    pair = TinyPair(target=out / "target", assistant=out / "assistant")
-    for folder in (pair.target, pair.assistant):
-        empty_folder(folder)
-    torch.manual_seed(seed)
-    with tempfile.TemporaryDirectory(dir=out) as scratch:
-        tok_dir = Path(scratch) / "tokenizer"
-        train_tokenizer(tok_dir, eagle3.VOCAB)
+    with new_pair(out, seed=seed, vocab=eagle3.VOCAB) as (pair, tok_dir):
         save_model(Qwen3ForCausalLM(qwen3_eagle3.config(3)), tok_dir, pair.target)
         rewrite_weights(pair.target, twin_rows(seed))
         save_file(tensors(seed), pair.assistant / WEIGHTS, metadata={"format": "pt"})
