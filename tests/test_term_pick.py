@@ -23,12 +23,7 @@ from draft_head_fp8.certificate import (  # noqa: E402
     STAGE_B,
 )
 from draft_head_fp8.fp8 import quantize_per_tensor  # noqa: E402
-from draft_head_fp8.term_pick import (  # noqa: E402
-    Block,
-    TermOrderError,
-    pick_after_term,
-    top_k_only,
-)
+from draft_head_fp8.term_pick import Block, TermOrderError, pick_after_term  # noqa: E402
 
 WIDE = 32
 
@@ -144,28 +139,3 @@ def test_the_call_order_of_vllms_loop_is_enforced():
             block.take_term(term)
     with pytest.raises(TermOrderError, match="past the block"):
         block.take_term(term)
-
-
-@pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("seed", range(3))
-def test_the_top_k_path_sees_the_bf16_heads_top_k_exactly_and_nothing_else(kernel, seed):
-    """``dspark_draft_topk``: vLLM takes ``.topk`` of what the head hands it. Each row holds
-    exactly the reference's ``top`` best, at their indices, valued bit for bit as the BF16 head
-    values them, ``-inf`` elsewhere; a row whose ``top``-th and next values tie (a duplicated
-    row) holds the lower index, as the certificate proves it (none left uncertified)."""
-    top, vocab, tokens = 4, 1024, 6
-    w, x, _, _ = make_head("random", seed, vocab, 64, tokens)
-    exact = reference(w, x, torch.zeros(vocab, dtype=bool))
-    kth = exact[0].sort(descending=True, stable=True).indices[top - 1]
-    twin = int(exact[0].argmin())  # row 0's worst row becomes its top-th best's twin
-    w[twin] = w[kth]
-    exact = reference(w, x, torch.zeros(vocab, dtype=bool))
-    q = quantize_per_tensor(w)
-    method = head_method(w, q, kernel, k=top)
-    seen = top_k_only(method, fp8_logits(kernel, x, q).to(torch.bfloat16), x, top, wide_k=WIDE)
-    want = exact.sort(dim=-1, descending=True, stable=True).indices[:, :top]
-    assert (seen.isfinite().sum(-1) == top).all()
-    assert torch.equal(seen.isfinite().nonzero()[:, 1].view(tokens, top), want.sort(-1).values)
-    assert torch.equal(seen.gather(-1, want), exact.gather(-1, want).to(seen.dtype))
-    assert min(int(kth), twin) in want[0].tolist() and max(int(kth), twin) not in want[0].tolist()
-    assert int(method.pick_counts[COUNT_NAMES.index("uncertified")]) == 0

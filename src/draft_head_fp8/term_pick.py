@@ -56,36 +56,6 @@ def pick_after_term(
     ).indices[..., 0]  # fmt: skip
 
 
-def top_k_only(
-    method: Any,
-    logits: torch.Tensor,
-    hidden: torch.Tensor,
-    top: int,
-    *,
-    terms: torch.Tensor | None = None,
-    wide_k: int,
-) -> torch.Tensor:
-    """``logits``' shape, ``-inf`` but at each row's certified ``top`` best BF16 head values,
-    which it holds exactly: what DSpark's top-k path (``dspark_draft_topk``) reads of the head.
-    vLLM takes ``.topk(top)`` of it, adds the term to those candidates only and drafts the
-    argmax: with exactly ``top`` finite values a row, its top-k is this set whatever order
-    ``torch.topk`` lists them in, and the set is the BF16 head's ``top`` best, ties at the
-    ``top``-th place by ascending index (``certificate_topk``)."""
-    padded = method.rescore_rows.shape[0]
-    scan = logits
-    if logits.shape[-1] < padded:
-        scan = torch.nn.functional.pad(logits, (0, padded - logits.shape[-1]), value=float("-inf"))
-    capturing = hidden.is_cuda and torch.cuda.is_current_stream_capturing()
-    best = certified_top_k(
-        scan, hidden, method.rescore_rows, top=top, k=max(top, method.rescore_k),
-        wide_k=max(wide_k, top), valid_rows=method.real_rows, bound=method.bound,
-        suppressed=method.suppressed, terms=terms, host_sync=not capturing,
-        totals=method.pick_counts,
-    )  # fmt: skip
-    only = torch.full_like(logits, float("-inf"))
-    return only.scatter_(-1, best.indices, best.values.to(logits.dtype))
-
-
 class Block:
     """One draft step's block: the head's logits and hidden states of ``requests x steps`` rows,
     ordered (request, step) as vLLM lays them out, answered one step at a time."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from draft_head_fp8 import settings
 from draft_head_fp8.errors import HeadFp8EligibilityError
-from draft_head_fp8.term_pick import Block, top_k_only
+from draft_head_fp8.term_pick import Block
 
 
 def refusal(vllm_config: Any, draft_config: Any) -> str | None:
@@ -66,10 +66,6 @@ class MarkovTermPick:
         if reason is not None:
             raise HeadFp8EligibilityError(reason)
         self._term_steps = int(vllm_config.speculative_config.num_speculative_tokens)
-        # vLLM's DSpark config sets it on the draft's config from the speculative option or the
-        # checkpoint (dspark/config.py): its speculator then takes the head's top-k alone.
-        top = getattr(self.config, "dspark_draft_topk", None)
-        self._term_top_k = None if top is None else int(top)
         self._term_block: Block | None = None
         super()._prepare(vllm_config)
 
@@ -86,18 +82,9 @@ class MarkovTermPick:
                 "after the Markov term: nothing would make that pick exact"
             )
         self._term_block = None
-        if method.serves_bf16_rows(hidden_states):
-            return logits  # the BF16 rows served: vLLM's own picks are the reference's
-        terms = method.bound.terms(hidden_states)  # the head call's activation scale
-        if self._term_top_k is not None:
-            # vLLM's top-k path adds the term to the head's top-k only and picks among them:
-            # the certified top-k, exactly valued, is all it may find (its greedy argmax then
-            # picks as over the BF16 head's logits; map_draft_to_target passes it on).
-            return top_k_only(
-                method, logits, hidden_states, self._term_top_k, terms=terms,
-                wide_k=settings.WIDE_RESCORE_TOPK,
-            )  # fmt: skip
-        self._term_block = Block(hidden_states, logits, self._term_steps, terms)
+        if not method.serves_bf16_rows(hidden_states):
+            terms = method.bound.terms(hidden_states)  # the head call's activation scale
+            self._term_block = Block(hidden_states, logits, self._term_steps, terms)
         return logits
 
     def markov_bias(self, markov_embed: Any) -> Any:
