@@ -13,7 +13,7 @@ are left out. Saved with one attention layer more than its config says, that lay
 ``mtp.layers.0.*``, beside the glue vLLM's ``Qwen4ExpMTP`` loads: ``mtp.fc_embedding`` and
 ``mtp.fc_hidden`` (``[hidden, hidden]``: the embedding's and each stream's projection),
 ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden`` (over every stream) and the MTP's own
-final mixer ``mtp.hyper_connection_mixer.*`` (a copy of the target's). Gemma-style norms scale by
+final mixer ``mtp.hyper_connection_mixer.*`` (a copy of the target's). Qwen4-Exp's norms scale by
 ``1 + weight``: zeros.
 """
 
