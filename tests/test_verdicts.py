@@ -60,6 +60,7 @@ BY_CLASS = {
     "HYV4MTP": MTP_SHARED,
     "MiMoV2MTP": MTP_LM_HEAD,
     "MiMoV2OmniMTP": MTP_LM_HEAD,
+    "Qwen4ExpMTP": MTP_LM_HEAD,
     "EagleLlamaForCausalLM": EAGLE1,
     "EagleMistralForCausalLM": dataclasses.replace(EAGLE1, has_own_lm_head="False"),
     "EagleLlama4ForCausalLM": EAGLE1,
