@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from draft_head_fp8.families.family import DRAFT, Family, config_value, top_value
+from draft_head_fp8.families.qwen3_dspark import TERM_TENSOR
 from draft_head_fp8.families.target_head import TARGET_HEAD, policy_inputs
 
 VLLM_CLASS = "vllm.model_executor.models.qwen3_dflash:DFlashQwen3ForCausalLM"
@@ -40,8 +41,6 @@ ARCHITECTURES = (
     "MuseGlimmerAssistantModel",
     "DFlashMuseGlimmerAssistantModel",
 )
-# The tensor that makes a Qwen3 DFlash draft a DSpark one (family qwen3-dspark).
-MARKOV_TENSOR = "markov_head.markov_w2.weight"
 
 
 def refusal(config: Any) -> str | None:
@@ -71,7 +70,7 @@ def recognise(config: Any, folder: Path) -> bool:
     masked = flash.get("mask_token_id") if isinstance(flash, dict) else None
     if masked is None:
         masked = top_value(config, "mask_token_id")
-    return masked is not None and not has_tensor(folder, MARKOV_TENSOR)
+    return masked is not None and not has_tensor(folder, TERM_TENSOR)  # a DSpark draft's
 
 
 FAMILY = Family(
