@@ -61,8 +61,7 @@ def test_adaptive_verification_needs_the_confidence_head():
 
 
 def test_the_family_refuses_what_the_pick_after_the_term_does_not_cover():
-    topk = FAMILY.refusal({"dspark_draft_topk": 4})
-    assert topk.startswith("DSpark with dspark_draft_topk=4 takes the head's top-4 alone")
+    assert FAMILY.refusal({"dspark_draft_topk": 4}) is None  # served: top_k_rows
     scaled = FAMILY.refusal({"logit_scale": 0.5})
     assert scaled.startswith("DSpark with logit_scale=0.5: the exact pick after the Markov term")
     assert FAMILY.refusal({"logit_scale": 1.0}) is None

@@ -215,16 +215,32 @@ def test_every_position_of_a_drafted_block_is_the_bf16_heads_pick(runs):
 
 
 @pytest.mark.parametrize("runs", TERM_RUNS, ids=_id, indirect=True)
-def test_dspark_draft_topk_is_refused_at_start_up_with_its_reason(runs):
-    """vLLM's top-k Markov path takes the head's top-k alone and adds the term to those only:
-    not the pick after the term this family proves. The engine does not start; no receipt."""
-    run = runs.serve(
-        "topk", flag=True, env=FP8_EVERYWHERE, args=("--speculative-option", "dspark_draft_topk=4")
-    ).launch
-    assert run.returncode != 0 and run.facts is None
-    lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
-    assert lines and runs.family.refusal({"dspark_draft_topk": 4}) in lines[0], run.stderr[-3000:]
-    assert not any("receipt" in p for p in tree(runs.root / "topk" / "archive"))
+def test_dspark_draft_topk_drafts_the_bf16_heads_pick_among_its_top_k(runs):
+    """vLLM's top-k Markov path (``dspark_draft_topk``) takes the head's top-k alone, adds the
+    term to those only and drafts their argmax: flag on the head hands vLLM exact top-k rows
+    (``top_k_rows``: the certified top-k alone, or the whole exact row where the k + 1 best
+    tie). Every id, flag off and on, is the pick among ``torch.topk`` of the BF16 head's logits
+    after vLLM's own term; the tiny pair's twin rows make such ties; flag on, the plain FP8
+    head's top-k would have drafted other tokens."""
+    top = ("--speculative-option", "dspark_draft_topk=4")
+    off = runs.serve("topk-off", flag=False, args=top)
+    on = runs.serve("topk-on", flag=True, env=FP8_EVERYWHERE, args=top)
+    assert off.launch.ok, off.launch.tail(40)
+    assert on.launch.ok, on.launch.tail(40)
+    for facts in (off.facts, on.facts):
+        agreement = facts["draft_agreement"]
+        assert agreement["after_term"] == agreement["agree"] == agreement["steps"] > 50
+    assert on.facts["texts"] == off.facts["texts"]
+    assert on.facts["spec_decode"] == off.facts["spec_decode"]
+    assert off.facts["draft_agreement"]["fp8_argmax_differs"] == 0
+    assert on.facts["draft_agreement"]["fp8_argmax_differs"] > 0
+    assert on.facts["draft_agreement"]["top_k_tied"] > 0
+    counts = on.facts["after_generate"]["certificate"]["counts"]
+    assert (
+        counts["uncertified"] == 0 and sum(counts.values()) >= on.facts["draft_agreement"]["steps"]
+    )
+    (boot,) = Archive(on.archive).boots()
+    assert boot.status == "sealed" and Archive(on.archive).verify().ok
 
 
 def test_the_target_head_keeps_serving_bf16_and_is_never_written(runs):

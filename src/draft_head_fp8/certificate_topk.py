@@ -38,6 +38,9 @@ class CertifiedTopK(NamedTuple):
     indices: torch.Tensor  # [tokens, top] int64: value descending, ties by ascending index
     values: torch.Tensor  # [tokens, top] the exact (head + term) values, the picked dtype
     counts: torch.Tensor  # [4] int64 by certificate.COUNT_NAMES
+    # Stage c's rows (``distinct``): which draft rows, and each one's whole exact row.
+    whole_at: torch.Tensor | None = None  # [rows c] int64
+    whole: torch.Tensor | None = None  # [rows c, partition], the picked dtype
 
 
 class _Ranked(NamedTuple):
@@ -113,7 +116,7 @@ def _reach(upper, extra, dtype, term) -> torch.Tensor:
 def _stage_c(
     rows: torch.Tensor, x: torch.Tensor, blocked: torch.Tensor, term: torch.Tensor | None,
     rest: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, top: int,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """The rows no stage proved, answered from every row of the head, exactly (host sync)."""
     left = rest.nonzero().squeeze(-1)
     whole = every_row(rows, x[left], blocked, rows.dtype)
@@ -122,7 +125,7 @@ def _stage_c(
     every = torch.arange(whole.shape[-1], device=whole.device).expand(left.numel(), -1)
     indices, values = indices.clone(), values.clone()
     indices[left], values[left] = ranked(every, whole, top)
-    return indices, values
+    return indices, values, left, whole
 
 
 def certified_top_k(
@@ -140,6 +143,7 @@ def certified_top_k(
     terms: torch.Tensor | None = None,
     host_sync: bool = True,
     totals: torch.Tensor | None = None,
+    distinct: bool = False,
 ) -> CertifiedTopK:
     """The ``top`` best reference values of every draft row (head + ``term`` when given), in the
     reference's order, proven per row; ``top = 1`` is the greedy draft (the first maximum).
@@ -148,7 +152,9 @@ def certified_top_k(
     ``term``: ``[..., partition]``, added as vLLM adds it; ``k >= top`` FP8 candidates at stage
     a, ``wide_k`` more at stage b; ``terms``: the bound's of the whole head call (default: x's).
     With ``host_sync=False`` nothing is read from the device: no stage c, a row left by stage b
-    served from its candidates, ``uncertified``. Padding and ``suppressed`` are never picked."""
+    served from its candidates, ``uncertified``. Padding and ``suppressed`` are never picked.
+    ``distinct``: a row whose ``top`` best values are not all distinct goes to stage c too (a
+    tie torch.topk settles by its own rule), and the result carries stage c's whole rows."""
     if not 1 <= top <= min(k, valid_rows):
         raise ValueError(f"need 1 <= top <= k and top <= valid_rows, got {top}, {k}, {valid_rows}")
     flat, x = logits.reshape(-1, logits.shape[-1]), hidden.reshape(-1, hidden.shape[-1])
@@ -175,13 +181,18 @@ def certified_top_k(
         widest = reach.topk(wide, dim=-1).indices  # stage a's candidates are -inf in reach
         served, certified = _stage(rows, x, reach, blocked, term, widest, a, top)
         b_certified = certified & ~a_certified
+    if distinct:  # a proven top whose values tie is one torch.topk may order its own way
+        tied = ~(served.values[:, :-1] > served.values[:, 1:]).all(-1)
+        a_certified, b_certified = a_certified & ~tied, b_certified & ~tied
     rest = ~(a_certified | b_certified)
-    indices, values = served.indices, served.values
+    indices, values, whole_at, whole = served.indices, served.values, None, None
     if host_sync and bool(rest.any()):
-        indices, values = _stage_c(rows, x, blocked, term, rest, indices, values, top)
+        indices, values, whole_at, whole = _stage_c(
+            rows, x, blocked, term, rest, indices, values, top
+        )
     last = [rest.sum(), rest.sum() * 0]  # stage c, or uncertified where it cannot run
     counts = torch.stack([a_certified.sum(), b_certified.sum(), *last[:: 1 if host_sync else -1]])
     if totals is not None:
         totals.add_(counts)
     shape = (*logits.shape[:-1], top)
-    return CertifiedTopK(indices.reshape(shape), values.reshape(shape), counts)
+    return CertifiedTopK(indices.reshape(shape), values.reshape(shape), counts, whole_at, whole)

@@ -186,6 +186,10 @@ class Family:
     # Whether vLLM drafts a whole block per step from one head call, its rows ordered (request,
     # position) (DFlash): the probe then counts the agreement of each position of the block.
     drafts_block: bool = False
+    # How many of the head's best tokens vLLM's drafter reads (``torch.topk``), from the draft's
+    # config: DFlash2's candidate selector. The head then hands it exact top-K rows
+    # (``top_k_rows``); None where it reads the argmax, or where the term's mixin decides.
+    top_k: Callable[[Any], int | None] | None = None
 
     @property
     def shares_target_head(self) -> bool:

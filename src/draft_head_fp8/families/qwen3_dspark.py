@@ -16,9 +16,12 @@ only) picks ``argmax(head + term)``: the head's argmax alone is not the draft to
   serves plain FP8 logits, and each draft token is the certified pick over the BF16 head's
   logits plus vLLM's own term (``certificate_topk``; docs/certificate.md, "A term added after
   the head").
-- Refused (``refusal``): ``dspark_draft_topk`` (vLLM takes the head's top-k alone and adds the
-  term to those only: a certified top-K, not wired), a ``logit_scale`` other than 1 (the
-  certificate bounds the head's logits, not a scaled sum).
+- ``dspark_draft_topk`` (vLLM takes the head's top-k alone and adds the term to those only):
+  the head then hands vLLM exact top-k rows (``top_k_rows``): the certified top-k, exactly
+  valued, where the k + 1 best are distinct, the whole row exactly where they tie, so that
+  vLLM's own ``torch.topk`` returns what it returns over the BF16 head's logits.
+- Refused (``refusal``): a ``logit_scale`` other than 1 (the certificate bounds the head's
+  logits, not a scaled sum).
 - Runs on vLLM 0.34's engine with a tiny Qwen3 target (``tiny/qwen3_dspark.py``).
 """
 
@@ -36,15 +39,6 @@ TERM_TENSOR = "markov_head.markov_w2.weight"
 
 
 def refusal(config: Any) -> str | None:
-    topk = top_value(config, "dspark_draft_topk")
-    if topk is not None:
-        return (
-            f"DSpark with dspark_draft_topk={topk} takes the head's top-{topk} alone (torch.topk, "
-            "whose choice among values tied at the last place is its implementation's, not "
-            "defined) and adds its Markov term to those only: no certificate can name the set "
-            "the BF16 head would give at such a tie; serve it without dspark_draft_topk, or "
-            "with the flag unset"
-        )
     scale = top_value(config, "logit_scale", 1.0)
     if float(scale) != 1.0:
         return (

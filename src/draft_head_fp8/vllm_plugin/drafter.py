@@ -98,6 +98,7 @@ def head_plan(
         draft_sample_method=str(getattr(speculative, "draft_sample_method", "greedy")),
         certify=settings.certify(),
         head_kernel=settings.head_kernel(),
+        top_k=family.top_k(draft_config.hf_config) if family.top_k else None,
     )
 
 

@@ -34,7 +34,8 @@ from draft_head_fp8.evidence.diagnostics import head_record
 from draft_head_fp8.fp8 import QuantizedHead
 from draft_head_fp8.layouts import LAYOUT_PLAIN
 from draft_head_fp8.rescore import rescore_top_k
-from draft_head_fp8.settings import BF16_FROM_NEVER
+from draft_head_fp8.settings import BF16_FROM_NEVER, WIDE_RESCORE_TOPK
+from draft_head_fp8.top_k_rows import top_k_rows
 from draft_head_fp8.vllm_plugin import batch_paths, certified_pick, head_bytes, seams
 from draft_head_fp8.vllm_plugin.fused_kernel import FusedW8A16HeadKernel
 from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
@@ -59,6 +60,21 @@ def picks_after_term(plan: Any, fused: bool) -> bool:
             "head's logits before it picks: serve it with DRAFT_HEAD_FP8_KERNEL=vllm"
         )
     return after
+
+
+def serves_top_k(plan: Any, fused: bool) -> int | None:
+    """How many of the head's best tokens the drafter reads (its family says, from its config),
+    each handed exact (``top_k_rows``); only a certified head can prove them."""
+    top = plan.top_k
+    if top is None:
+        return None
+    if fused or not plan.certify or plan.rescore_k == 0:
+        raise HeadFp8EligibilityError(
+            f"this drafter reads the head's top-{top}, which is served exactly only by the "
+            "certified pick over vLLM's FP8 kernel: serve it with DRAFT_HEAD_FP8_KERNEL=vllm and "
+            "the certificate on, or with the flag unset"
+        )
+    return int(top)
 
 
 class DraftHeadFp8LinearMethod(QuantizeMethodBase):
@@ -106,6 +122,8 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         # A drafter that adds a term to the logits before it picks (DSpark): the head serves
         # plain FP8 logits, and the drafter makes the certified pick after the term.
         self.picks_after_term = False
+        # A drafter that reads the head's top-K (DFlash2's candidate selector): how many.
+        self.top_k: int | None = None
 
     def install(
         self,
@@ -164,6 +182,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         start, end = indices.org_vocab_start_index, indices.org_vocab_end_index
         self.suppress_tokens = [t - start for t in suppress_tokens or () if start <= t < end]
         self.picks_after_term = picks_after_term(plan, fused)
+        self.top_k = serves_top_k(plan, fused)
         head.quant_method = self
 
     def create_weights(self, *args: Any, **kwargs: Any) -> None:
@@ -356,6 +375,8 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         logits = self.fp8_linear.apply_weights(layer, x, bias)
         if self.rescore_rows is None or self.picks_after_term:
             return logits
+        if self.top_k is not None:
+            return top_k_rows(self, logits, x, self.top_k, wide_k=WIDE_RESCORE_TOPK)
         if self.bound is not None:
             return certified_pick.pick(self, logits, x)
         return rescore_top_k(

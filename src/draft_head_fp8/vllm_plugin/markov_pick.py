@@ -27,6 +27,7 @@ from typing import Any
 from draft_head_fp8 import settings
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.term_pick import Block
+from draft_head_fp8.top_k_rows import top_k_rows
 
 
 def refusal(vllm_config: Any, draft_config: Any) -> str | None:
@@ -66,6 +67,10 @@ class MarkovTermPick:
         if reason is not None:
             raise HeadFp8EligibilityError(reason)
         self._term_steps = int(vllm_config.speculative_config.num_speculative_tokens)
+        # vLLM's DSpark config sets it on the draft's config from the speculative option or the
+        # checkpoint (dspark/config.py): its speculator then takes the head's top-k alone.
+        top = getattr(self.config, "dspark_draft_topk", None)
+        self._term_top_k = None if top is None else int(top)
         self._term_block: Block | None = None
         super()._prepare(vllm_config)
 
@@ -82,9 +87,18 @@ class MarkovTermPick:
                 "after the Markov term: nothing would make that pick exact"
             )
         self._term_block = None
-        if not method.serves_bf16_rows(hidden_states):
-            terms = method.bound.terms(hidden_states)  # the head call's activation scale
-            self._term_block = Block(hidden_states, logits, self._term_steps, terms)
+        if method.serves_bf16_rows(hidden_states):
+            return logits  # the BF16 rows served: vLLM's own picks are the reference's
+        terms = method.bound.terms(hidden_states)  # the head call's activation scale
+        if self._term_top_k is not None:
+            # vLLM's top-k path takes the head's top-k alone (torch.topk), adds the term to those
+            # only and picks among them: exact top-k rows give it the BF16 head's k, in its order
+            # (map_draft_to_target passes the pick on).
+            return top_k_rows(
+                method, logits, hidden_states, self._term_top_k, terms=terms,
+                wide_k=settings.WIDE_RESCORE_TOPK,
+            )  # fmt: skip
+        self._term_block = Block(hidden_states, logits, self._term_steps, terms)
         return logits
 
     def markov_bias(self, markov_embed: Any) -> Any:

@@ -27,6 +27,7 @@ class HeadPlan:
     draft_sample_method: str  # "greedy" unless vLLM was asked otherwise
     certify: bool = True  # settings.certify(): each pick certified, or only rescored
     head_kernel: str = "auto"  # settings.head_kernel(): the fused kernel, or vLLM's
+    top_k: int | None = None  # the head's best tokens the drafter reads (``Family.top_k``)
 
 
 def fp8_head_quant_config() -> OnlineQuantizationConfig:
