@@ -147,23 +147,18 @@ def certified_top_k(
 ) -> CertifiedTopK:
     """The ``top`` best reference values of every draft row (head + ``term`` when given), in the
     reference's order, proven per row; ``top = 1`` is the greedy draft (the first maximum).
-
     ``logits``: the FP8 head's ``[..., partition]`` (not modified); ``rows``: the BF16 rows;
     ``term``: ``[..., partition]``, added as vLLM adds it; ``k >= top`` FP8 candidates at stage
     a, ``wide_k`` more at stage b; ``terms``: the bound's of the whole head call (default: x's).
-    With ``host_sync=False`` nothing is read from the device: no stage c, a row left by stage b
-    served from its candidates, ``uncertified``. Padding and ``suppressed`` are never picked.
-    ``distinct``: a row whose ``top`` best values are not all distinct goes to stage c too (a
-    tie torch.topk settles by its own rule), and the result carries stage c's whole rows."""
+    ``host_sync=False``: nothing read from the device, no stage c, a row left by stage b served
+    from its candidates, ``uncertified``. Padding and ``suppressed`` are never picked.
+    ``distinct``: rows whose ``top`` best tie go to stage c too, whose whole rows are returned."""
     if not 1 <= top <= min(k, valid_rows):
         raise ValueError(f"need 1 <= top <= k and top <= valid_rows, got {top}, {k}, {valid_rows}")
     flat, x = logits.reshape(-1, logits.shape[-1]), hidden.reshape(-1, hidden.shape[-1])
     partition = flat.shape[-1]
     term = None if term is None else term.reshape(-1, partition)
-    blocked = torch.zeros(partition, dtype=torch.bool, device=flat.device)
-    blocked[valid_rows:] = True
-    if suppressed is not None and suppressed.numel():
-        blocked[suppressed] = True
+    blocked = _blocked(partition, valid_rows, suppressed, flat.device)
     masked = flat.float().masked_fill(blocked, float("-inf"))  # the caller's logits untouched
     extra = bound.extra(masked.amax(-1))
     # Stage a's candidates: the FP8 top-k of what is picked, the term included (in float32:
@@ -182,17 +177,30 @@ def certified_top_k(
         served, certified = _stage(rows, x, reach, blocked, term, widest, a, top)
         b_certified = certified & ~a_certified
     if distinct:  # a proven top whose values tie is one torch.topk may order its own way
-        tied = ~(served.values[:, :-1] > served.values[:, 1:]).all(-1)
-        a_certified, b_certified = a_certified & ~tied, b_certified & ~tied
+        untied = (served.values[:, :-1] > served.values[:, 1:]).all(-1)
+        a_certified, b_certified = a_certified & untied, b_certified & untied
     rest = ~(a_certified | b_certified)
-    indices, values, whole_at, whole = served.indices, served.values, None, None
+    found = (served.indices, served.values, None, None)
     if host_sync and bool(rest.any()):
-        indices, values, whole_at, whole = _stage_c(
-            rows, x, blocked, term, rest, indices, values, top
-        )
+        found = _stage_c(rows, x, blocked, term, rest, served.indices, served.values, top)
+    indices, values, whole_at, whole = found
+    counts = _counts(a_certified, b_certified, rest, host_sync, totals)
+    shape = (*logits.shape[:-1], top)
+    return CertifiedTopK(indices.reshape(shape), values.reshape(shape), counts, whole_at, whole)
+
+
+def _blocked(partition, valid_rows, suppressed, device) -> torch.Tensor:
+    """Padding and suppressed tokens: never picked."""
+    blocked = torch.zeros(partition, dtype=torch.bool, device=device)
+    blocked[valid_rows:] = True
+    if suppressed is not None and suppressed.numel():
+        blocked[suppressed] = True
+    return blocked
+
+
+def _counts(a_certified, b_certified, rest, host_sync, totals) -> torch.Tensor:
     last = [rest.sum(), rest.sum() * 0]  # stage c, or uncertified where it cannot run
     counts = torch.stack([a_certified.sum(), b_certified.sum(), *last[:: 1 if host_sync else -1]])
     if totals is not None:
         totals.add_(counts)
-    shape = (*logits.shape[:-1], top)
-    return CertifiedTopK(indices.reshape(shape), values.reshape(shape), counts, whole_at, whole)
+    return counts
