@@ -72,3 +72,5 @@ def test_034_drops_and_adds_what_the_release_changed(fresh):
     added = set(new) - set(old)
     assert {"DFlash2BeamDraftModel", "Step5MTP"} <= added
     assert {new[a][4] for a in added if "DSpark" in a} == {"markov term"}
+    # XPress's refiner adds its own vocabulary projection to the head's logits, pass after pass.
+    assert {new[a][4] for a in added if "XPress" in a} == {"vocabulary term"}

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from draft_head_fp8.families import all_families, by_name
-from draft_head_fp8.verdicts import KINDS, NOT_JUDGED, REFUSED, SERVED
+from draft_head_fp8.verdict_kinds import KINDS, NOT_JUDGED, REFUSED, SERVED
 
 SERVED_BY = {a: family.name for family in all_families() for a in family.drafters}
 
@@ -60,6 +60,8 @@ NAMED = {
     "EagleCohereForCausalLM": ("embedding head", None),
     "InklingMTPModel": ("logits changed", None),  # its own GEMM over lm_head.weight
     "Step3p5MTP": ("own heads per layer", None),
+    # Its candidates are the head's top-k less the whole row's logsumexp.
+    "LiLiCorrDraftModel": ("log-probability candidates", None),
 }
 
 

@@ -12,11 +12,8 @@ import pytest
 
 from draft_head_fp8.families import all_families, by_name
 from draft_head_fp8.policy import unexpected_drafter_class
+from draft_head_fp8.verdict_kinds import KINDS, NOT_JUDGED, REFUSED, SERVED
 from draft_head_fp8.verdicts import (
-    KINDS,
-    NOT_JUDGED,
-    REFUSED,
-    SERVED,
     ClassFacts,
     counts,
     family_alike,
@@ -115,6 +112,12 @@ KIND_CASES = {
                            has_own_lm_head="per checkpoint"),
     "block drafting": dict(logits_heads=("lm_head",), lineage=("DFlashQwen3ForCausalLM",),
                            has_own_lm_head="per checkpoint", d2t=True),
+    # Both draft a block too: what they do after the head comes first.
+    "log-probability candidates": dict(logits_heads=("lm_head",),
+                                       lineage=("DFlashQwen3ForCausalLM",),
+                                       candidate_log_probs="C.compute_candidates: top-k log-probs"),
+    "vocabulary term": dict(logits_heads=("lm_head",), lineage=("DFlashQwen3ForCausalLM",),
+                            vocab_terms=("RefinerHead.w2",)),
     "parallel drafting": dict(architecture="PeagleNewForCausalLM", logits_heads=("lm_head",),
                               has_own_lm_head="per checkpoint", d2t=True),
     "same class": dict(vllm_class="vllm.model_executor.models.deepseek_mtp:DeepSeekMTP",
@@ -166,6 +169,12 @@ def test_the_reasons_by_kind_exactly():
         "for this class; its head: its own if its checkpoint has one, else the target's "
         "(has_own_lm_head per checkpoint): lm_head; d2t; needs a family record, a tiny "
         "checkpoint and an engine test"
+    )
+    assert verdict(**KIND_CASES["vocabulary term"]).reason == (
+        "builds a projection of its own onto the vocabulary (RefinerHead.w2) whose output its "
+        "drafter adds to the head's logits before it picks, pass after pass: the FP8 head's "
+        "exact pick is not the draft's; serving it needs the pick after that term proven where "
+        "vLLM adds it, as qwen3-dspark's is after its Markov term"
     )
     assert verdict(**KIND_CASES["raises here"]).reason == (
         "vLLM's class refuses this platform when built (NotImplementedError: not on CPU): nothing "

@@ -5,9 +5,9 @@ judged yet. Pure: no torch, no vLLM import.
 Judgments are keyed by what can be known about the class, never by a list of architecture names:
 the facts (``ClassFacts``) are read from vLLM's own source of the class by
 ``vllm_plugin/head_facts.py``; the family records say what is served (``Family.drafters``); the
-table ``KINDS`` says, per kind of class, what the plugin does not prove and what would change
-that. A class whose facts fit no kind is "not judged yet", which the flag refuses as well.
-The reasons are a contract (docs/contract.md, "Drafters no family serves").
+table ``KINDS`` (``verdict_kinds``) says, per kind of class, what the plugin does not prove and
+what would change that. A class whose facts fit no kind is "not judged yet", which the flag
+refuses as well. The reasons are a contract (docs/contract.md, "Drafters no family serves").
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from typing import Any
 
 from draft_head_fp8.families.family import AT_SHARE, Family
 from draft_head_fp8.policy import unexpected_drafter_class
+from draft_head_fp8.verdict_kinds import KINDS, REFUSED, STATUSES
 
-SERVED, REFUSED, NOT_JUDGED = "served", "refused", "not judged yet"
-STATUSES = (SERVED, REFUSED, NOT_JUDGED)
 # has_own_lm_head as vLLM's proposer reads it: absent, the MTP drafters (always handed the
 # target's head); set from the checkpoint, or a constant, the EAGLE-type drafters.
 ABSENT, PER_CHECKPOINT = "absent", "per checkpoint"
@@ -53,6 +52,8 @@ class ClassFacts:
     logits_heads: tuple[str, ...] = ()  # what compute_logits hands logits_processor as the head
     logits_changes: tuple[str, ...] = ()  # what it does to the logits besides ("masks: ...")
     top_tokens: str | None = None  # get_top_tokens: None, "head" (through it), or what it calls
+    candidate_log_probs: str | None = None  # the call that reads its candidates as log-probs
+    vocab_terms: tuple[str, ...] = ()  # its own projections onto the vocabulary (Class.attr)
     heads: tuple[str, ...] = ()  # where it builds a ParallelLMHead (model.layers[].x.head)
     has_own_lm_head: str = ABSENT  # ABSENT, "True", "False" or PER_CHECKPOINT
     d2t: bool = False  # maps draft token ids to the target's
@@ -72,92 +73,6 @@ class Verdict:
         return asdict(self)
 
 
-# The judgments, by kind: (status, reason). The reason says what the class does that the plugin
-# does not prove, and what would change the verdict; {fields} come from the facts.
-KINDS: dict[str, tuple[str, str]] = {
-    "served": (SERVED, "served by the {family} family: a private FP8 head, proven at every start"),
-    "class moved": (REFUSED, "{moved}"),
-    "raises here": (
-        REFUSED,
-        "vLLM's class refuses this platform when built ({raises}): nothing can be built or "
-        "proven here; judge it where vLLM builds it",
-    ),
-    "cannot import here": (
-        REFUSED,
-        "vLLM's model file for it does not import on this platform ({error}): nothing can be "
-        "built or proven here; read from its source, it {inner}",
-    ),
-    "cannot build here": (
-        REFUSED,
-        "vLLM cannot build it on this platform ({error}): nothing can be built or proven here; "
-        "read from its source, it {inner}",
-    ),
-    "no head": (
-        REFUSED,
-        "its class computes no logits (no compute_logits): there is no draft head to serve in FP8",
-    ),
-    "markov term": (
-        REFUSED,
-        "adds a low-rank Markov term ({extra}) to the head's logits: the FP8 head's exact pick "
-        "is not the draft's argmax; serving it needs the exact pick made after that term, as "
-        "qwen3-dspark's is for its class: a family record of its own, a tiny checkpoint and an "
-        "engine test",
-    ),
-    "several heads": (
-        REFUSED,
-        "drafts through several heads ({extra}): the plugin proves one head per drafter; "
-        "serving it needs every head quantized, rescored and proven",
-    ),
-    "own heads per layer": (
-        REFUSED,
-        "keeps a head of its own in each draft layer ({extra}; has_own_lm_head {own}), which "
-        "vLLM shares with the target's only when equal: the plugin proves one head per drafter; "
-        "serving it needs every layer's head quantized, rescored and proven",
-    ),
-    "logits changed": (
-        REFUSED,
-        "its compute_logits does more than logits_processor(head) ({extra}): the FP8 head's "
-        "exact pick is not what the draft picks; serving it needs that step proven too",
-    ),
-    "own top tokens": (
-        REFUSED,
-        "picks greedy draft tokens without the head's logits (get_top_tokens: {extra}): the FP8 "
-        "head's exact pick is never asked; serving it needs that pick made exact",
-    ),
-    "embedding head": (
-        REFUSED,
-        "takes its logits from an embedding ({extra}), not from a ParallelLMHead: the FP8 head "
-        "method is never asked for them; serving it needs a family whose head is that embedding",
-    ),
-    "block drafting": (
-        REFUSED,
-        "drafts a block of tokens in one pass (DFlash: {extra}) with a class no family serves: "
-        "vLLM's block drafting is served for {blocks} only, each proven on the engine (every "
-        "position of the block through the FP8 head and the exact pick), not for this class; "
-        "its head: {head}; {needs}",
-    ),
-    "parallel drafting": (
-        REFUSED,
-        "drafts every token in one pass (P-EAGLE parallel drafting) with {cls}, "
-        "{alike}; no engine test here runs parallel drafting; {needs}",
-    ),
-    "same class": (
-        REFUSED,
-        "vLLM builds it as {cls}, the class the {family} family serves, under another "
-        "architecture name: not yet served: needs the architecture in the family's drafters, "
-        "a tiny checkpoint of its own target and an engine test",
-    ),
-    "reads like a family": (
-        REFUSED,
-        "reads its head like {family} ({head}), the share the plugin already proves: not yet "
-        "served: {needs}",
-    ),
-    "not judged": (
-        NOT_JUDGED,
-        "not judged yet: {why}; until someone reads vLLM's class and judges it, the flag refuses "
-        "it",
-    ),
-}
 
 
 def _mode(facts: ClassFacts) -> str:
@@ -277,6 +192,10 @@ def _kind(facts: ClassFacts, served: Mapping[str, tuple[Family, ClassFacts]]) ->
     embeddings = [h for h in facts.logits_heads if "embed" in h]
     if embeddings:
         return "embedding head", {"extra": ", ".join(embeddings)}
+    if facts.candidate_log_probs:
+        return "log-probability candidates", {"extra": facts.candidate_log_probs}
+    if facts.vocab_terms:
+        return "vocabulary term", {"extra": ", ".join(facts.vocab_terms)}
     alike = family_alike(facts, served)
     flash = _block_drafter(facts)
     if flash is not None:

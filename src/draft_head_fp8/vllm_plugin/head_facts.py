@@ -12,7 +12,7 @@ import ast
 from collections.abc import Iterator
 
 from draft_head_fp8.verdicts import ClassFacts
-from draft_head_fp8.vllm_plugin import build_facts, class_source
+from draft_head_fp8.vllm_plugin import after_head_facts, build_facts, class_source
 from draft_head_fp8.vllm_plugin.class_source import ClassRef
 
 HEAD_CLASS = "ParallelLMHead"
@@ -353,6 +353,8 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         logits_heads=heads_read,
         logits_changes=changes,
         top_tokens=top_tokens(chain),
+        candidate_log_probs=after_head_facts.candidate_log_probs(chain),
+        vocab_terms=tuple(sorted(set(after_head_facts.vocab_terms(chain)))),
         heads=tuple(heads(chain)),
         has_own_lm_head=own_head(chain),
         d2t=maps_draft_ids(chain),
