@@ -73,8 +73,6 @@ class Verdict:
         return asdict(self)
 
 
-
-
 def _mode(facts: ClassFacts) -> str:
     """Whose head vLLM's proposer leaves the drafter: always the target's (an MTP drafter, or
     ``has_own_lm_head`` False), the checkpoint's choice, or its own (unless equal)."""
