@@ -69,6 +69,21 @@ def test_check_refused_exits_3_with_the_exact_reason(pairs, kind, reason):
     assert f"not eligible: {reason}" in text.stdout
 
 
+def test_check_says_a_soft_capped_draft_is_refused(pairs, tmp_path):
+    """What the engine refuses at construction (test_engine), said before it starts: the draft's
+    final soft cap rounds the head's logits after the certified pick."""
+    from draft_head_fp8.policy import soft_capped_logits
+
+    assistant = tmp_path / "assistant"
+    shutil.copytree(pairs["dense"].assistant, assistant)
+    config = json.loads((assistant / "config.json").read_text())
+    config["text_config"]["final_logit_softcapping"] = 30.0
+    (assistant / "config.json").write_text(json.dumps(config))
+    proc = cli("check", str(assistant), "--target", str(pairs["dense"].target))
+    assert proc.returncode != 0
+    assert soft_capped_logits(30.0) in " ".join(proc.stdout.split()), proc.stdout
+
+
 def test_check_reads_no_weights(pairs, tmp_path):
     only_configs = tmp_path / "assistant"
     only_configs.mkdir()

@@ -380,3 +380,32 @@ def test_a_vllm_that_moved_a_wrapped_method_refuses_start_up_by_name(shipped, tm
     record = json.loads(boot.read_bytes(diagnostics_path(0)))
     assert "start_draft_weight_update" in record["validation"]["reason"]
     assert boot.status == "sealed" and Archive(run.archive).verify().ok
+
+
+def _soft_capped(shipped, folder, cap: float):
+    """The shipped pair with Gemma's final soft cap set on the draft (where vLLM's Gemma 4 MTP
+    class reads it: the text config), every other byte the same."""
+    import shutil
+
+    from draft_head_fp8.tiny.common import TinyPair
+
+    pair = TinyPair(target=shipped.target, assistant=folder / "assistant")
+    shutil.copytree(shipped.assistant, pair.assistant)
+    config = json.loads((pair.assistant / "config.json").read_text())
+    config["text_config"]["final_logit_softcapping"] = cap
+    (pair.assistant / "config.json").write_text(json.dumps(config, indent=2))
+    return pair
+
+
+def test_a_soft_capped_draft_is_refused_before_it_drafts(shipped, tmp_path):
+    """vLLM's logits processor soft-caps what the head serves before its argmax; the cap can
+    round the certified pick and a token below it to one value (``policy.soft_capped_logits``).
+    The flag refuses it at construction, in one line, before a receipt or an archive."""
+    from draft_head_fp8.policy import soft_capped_logits
+
+    pair = _soft_capped(shipped, tmp_path, 30.0)
+    on = serve(tmp_path, pair, flag=True).launch
+    assert on.returncode != 0 and on.facts is None
+    refusals = [line for line in on.stderr.splitlines() if "refusing to start" in line]
+    assert len(refusals) == 1 and soft_capped_logits(30.0) in refusals[0], on.stderr[-3000:]
+    assert not any("receipt" in p for p in tree(tmp_path / "archive"))

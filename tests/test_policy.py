@@ -642,3 +642,19 @@ def test_a_drafters_own_head_rules(vocabularies, head_dtype, reason):
         vocab_size=vocab_size,
     )
     assert decision.reason == reason and decision.eligible is (reason == "eligible")
+
+
+def test_a_soft_cap_rounds_a_lower_logit_onto_the_pick():
+    """Why a soft-capped draft is refused (``soft_capped_logits``): vLLM's processor caps in the
+    logits' dtype, and at cap 30 the BF16 logits 48.0 and 47.75 both become 27.625, so its
+    argmax (the first maximum) takes a token the certificate proved below the pick when that
+    token's index is the lower."""
+    torch = pytest.importorskip("torch")
+    from draft_head_fp8.policy import soft_capped_logits
+
+    logits = torch.tensor([[47.75, 48.0]], dtype=torch.bfloat16)  # token 1 is the head's pick
+    capped = torch.tanh(logits / 30.0) * 30.0  # LogitsProcessor.forward's three steps
+    assert int(logits.argmax(-1)) == 1 and int(capped.argmax(-1)) == 0
+    assert soft_capped_logits(30.0).startswith(
+        "the draft's logits are soft-capped after the head (soft cap 30: tanh(logits / 30) * 30"
+    )

@@ -338,6 +338,24 @@ def vllm_head_quantization_conflict(scheme: str) -> str:
     )
 
 
+SOFT_CAPPED_LOGITS = "the draft's logits are soft-capped after the head"
+
+
+def soft_capped_logits(cap: float) -> str:
+    """Why the flag refuses a drafter whose logits processor soft-caps the head's logits
+    (``final_logit_softcapping``: ``tanh(logits / cap) * cap``, rounded to the logits' dtype):
+    the certified pick is proven for the head's logits, and the cap can round two of them to
+    one value (at cap 30, BF16 48.0 and 47.75 both become 27.625), where vLLM's argmax takes the
+    lower index: a token the certificate proved below the pick can be the draft."""
+    return (
+        f"{SOFT_CAPPED_LOGITS} (soft cap {cap:g}: tanh(logits / {cap:g}) * {cap:g}, in the "
+        "logits' dtype): the exact pick is proven for the head's logits, and the cap can round "
+        "the pick and a token below it to one value, which vLLM's argmax gives to the lower "
+        f"index; serve this drafter with {EXPERIMENT_ENV} unset, or a checkpoint without "
+        "final_logit_softcapping"
+    )
+
+
 DRAFT_UPDATE_REFUSED = "vLLM's draft weight update is refused for this drafter"
 
 

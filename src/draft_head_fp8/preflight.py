@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from draft_head_fp8 import families, settings
 from draft_head_fp8.checkpoint import CheckpointError, read_config
@@ -25,7 +26,13 @@ from draft_head_fp8.families.family import (
     top_value,
 )
 from draft_head_fp8.machine import Machine, this_machine
-from draft_head_fp8.policy import EXPECTED_ONLINE_SPEC, Eligibility, eligibility, slow_cpu_refusal
+from draft_head_fp8.policy import (
+    EXPECTED_ONLINE_SPEC,
+    Eligibility,
+    eligibility,
+    slow_cpu_refusal,
+    soft_capped_logits,
+)
 from draft_head_fp8.shards import VOCAB_PADDING, padded_vocab
 
 
@@ -258,17 +265,22 @@ def check_assistant(
     facts["device"] = device
     result = CheckResult(family, assistant, target, decision, facts, device=device, head=head)
     result.serving_dtype = serving
-    refusal = family.refusal(assistant_config) if family.refusal else None
-    if refusal:
-        result.receipt_problems.append(refusal)
-    for problem in family.check_problems(assistant_config, Path(assistant_dir), target):
-        result.receipt_problems.append(problem)
+    result.receipt_problems.extend(_draft_problems(family, assistant_config, assistant_dir, target))
     if setting_refusal:
         result.receipt_problems.append(setting_refusal)
     if machine_refusal:
         result.device_problems.append(machine_refusal)
     _notes(result, target)
     return result
+
+
+def _draft_problems(family: Family, config: Any, folder: Any, target: Any) -> list[str]:
+    """What the family refuses in this draft's config, and what the flag refuses for any."""
+    problems = [r for r in [family.refusal(config) if family.refusal else None] if r]
+    cap = config_value(config, "final_logit_softcapping")
+    if cap is not None:  # what vLLM's logits processor reads (soft_cap) for every family here
+        problems.append(soft_capped_logits(float(cap)))
+    return problems + list(family.check_problems(config, Path(folder), target))
 
 
 def _notes(result: CheckResult, target: dict | None) -> None:

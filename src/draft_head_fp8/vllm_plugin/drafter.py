@@ -29,6 +29,7 @@ from draft_head_fp8.evidence.exact_pick import guarantee
 from draft_head_fp8.families.family import AT_SHARE, DRAFT, Family, HeadSource
 from draft_head_fp8.policy import (
     env_enabled,
+    soft_capped_logits,
     unexpected_drafter_class,
     vllm_head_quantization_conflict,
 )
@@ -131,6 +132,9 @@ class DraftHeadFp8Drafter:
             reason = family.refusal(self.config)
             if reason:
                 raise HeadFp8EligibilityError(reason)
+        cap = getattr(getattr(self, "logits_processor", None), "soft_cap", None)
+        if cap is not None:  # vLLM's processor caps what the head serves, before the argmax
+            raise HeadFp8EligibilityError(soft_capped_logits(float(cap)))
         # The draft's checkpoint says which head it reads (read once, from its headers).
         head = family.head_in(draft_folder(vllm_config))
         if head.when == AT_SHARE:
