@@ -74,3 +74,21 @@ def test_034_drops_and_adds_what_the_release_changed(fresh):
     assert {new[a][4] for a in added if "DSpark" in a} == {"markov term"}
     # XPress's refiner adds its own vocabulary projection to the head's logits, pass after pass.
     assert {new[a][4] for a in added if "XPress" in a} == {"vocabulary term"}
+
+
+def test_lagunas_dflash_class_cannot_draft_on_034_here_and_reads_as_block_drafting_on_032(fresh):
+    """Measured: vLLM 0.34 drafting with a tiny Laguna DFlash pair here fails at its first draft
+    step, flag off (``IndexError: Dimension out of range`` at ``self._kv_weights.transpose(1,
+    2)``): its post-load hook stacks ``qkv_proj.weight`` after vLLM's CPU linear method dropped
+    it. 0.32's class stacks it in ``load_weights``, before: its verdict is block drafting."""
+    new, old = rows(fresh("0.34"))["DFlashLagunaForCausalLM"], rows(fresh("0.32"))
+    assert new[3:5] == ["refused", "cannot draft here"]
+    assert new[5].startswith(
+        "vLLM builds and loads it on this platform but cannot draft with it (vllm.model_executor."
+        "models.laguna_dflash:DFlashLagunaModel._build_context_kv_buffers, which vLLM calls after "
+        "loading, copies a.qkv_proj.weight into a buffer of its own"
+    )
+    assert "drafts a block of tokens in one pass (DFlash: DFlashLagunaForCausalLM)" in new[5]
+    assert old["DFlashLagunaForCausalLM"][4] == "block drafting"
+    # Qwen3 DFlash's module asks is_cpu and projects through the layers there: served.
+    assert rows(fresh("0.34"))["DFlashDraftModel"][3] == "served"

@@ -48,7 +48,7 @@ NAMED = {
     "Gemma4DSparkModel": ("markov term", None),  # adds a low-rank Markov term
     "MedusaModel": ("several heads", None),
     # Laguna's DFlash class drafts a block as DFlashQwen3ForCausalLM (qwen3-dflash) does, but is
-    # not that class.
+    # not that class (on 0.34 it cannot draft here: test_drafter_tables.py).
     "DFlashLagunaForCausalLM": ("block drafting", None),
     "PEagleDraftModel": ("parallel drafting", None),
     "ExtractHiddenStatesModel": ("no head", None),

@@ -127,6 +127,9 @@ KIND_CASES = {
                                import_error="ImportError: needs the CUDA flash attention"),
     "cannot build here": dict(logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,),
                               build_error="its attention drops a weight it reads"),
+    "cannot draft here": dict(logits_heads=("lm_head",), lineage=("DFlashQwen3ForCausalLM",),
+                              has_own_lm_head="False",
+                              draft_error="its hook reads a dropped weight"),
     "not judged": dict(logits_heads=("model.mtp[].head",), heads=("model.mtp[].head",)),
 }  # fmt: skip
 
@@ -195,6 +198,33 @@ def test_a_class_vllm_cannot_build_here_says_why_and_how_it_reads_its_head():
     # A judgment that is not a candidate for serving keeps its own reason.
     markov = verdict(**KIND_CASES["markov term"], build_error="x")
     assert markov.kind == "markov term"
+
+
+def test_a_block_drafter_that_builds_here_but_cannot_draft_says_so_before_the_engine_test():
+    """Laguna's DFlash class on vLLM 0.34 here: it builds and loads, and its first draft step
+    fails (build_facts.draft_error). What would serve it elsewhere (block drafting) follows."""
+    v = verdict(**KIND_CASES["cannot draft here"])
+    assert (v.status, v.kind) == (REFUSED, "cannot draft here")
+    assert v.reason == (
+        "vLLM builds and loads it on this platform but cannot draft with it (its hook reads a "
+        "dropped weight): nothing can be proven here; read from its source, it drafts a block "
+        "of tokens in one pass (DFlash: DFlashQwen3ForCausalLM) with a class no family serves: "
+        "vLLM's block drafting is served for qwen3-dflash (DFlashQwen3ForCausalLM), "
+        "qwen3-dspark (Qwen3DSparkForCausalLM) only, each proven on the engine (every position "
+        "of the block through the FP8 head and the exact pick), not for this class; its head: "
+        "the target's, shared (has_own_lm_head False): lm_head; needs a family record, a tiny "
+        "checkpoint and an engine test"
+    )
+    # Where vLLM cannot build it either, that comes first; a term keeps its own judgment.
+    both = verdict(**KIND_CASES["cannot draft here"], build_error="x")
+    assert both.kind == "cannot build here"
+    assert verdict(**KIND_CASES["markov term"], draft_error="x").kind == "markov term"
+    # A class a family serves stays served: its engine test is the measurement.
+    dflash = by_name("qwen3-dflash").drafters["DFlashDraftModel"]
+    claimed = dataclasses.replace(
+        DFLASH, architecture="DFlashDraftModel", vllm_class=dflash, draft_error="x"
+    )
+    assert judge(claimed, all_families(), served()).kind == "served"
 
 
 def test_an_architecture_no_judgment_fits_is_not_judged_yet():

@@ -28,6 +28,11 @@ KINDS: dict[str, tuple[str, str]] = {
         "vLLM cannot build it on this platform ({error}): nothing can be built or proven here; "
         "read from its source, it {inner}",
     ),
+    "cannot draft here": (
+        REFUSED,
+        "vLLM builds and loads it on this platform but cannot draft with it ({error}): nothing "
+        "can be proven here; read from its source, it {inner}",
+    ),
     "no head": (
         REFUSED,
         "its class computes no logits (no compute_logits): there is no draft head to serve in FP8",

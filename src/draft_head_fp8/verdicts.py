@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from os.path import commonprefix
 from typing import Any
 
 from draft_head_fp8.families.family import AT_SHARE, Family
@@ -33,8 +34,10 @@ NEEDS = "needs a family record, a tiny checkpoint and an engine test"
 # packages, a model file that refuses the platform): vLLM cannot build the class here at all.
 PLATFORM_ERRORS = ("NotImplementedError", "CUDA", "GPU", "ROCm", "flash_attn", "deep_gemm")
 # The judgments that say what would make the class served: on a platform where vLLM cannot
-# import it, what it lacks here comes first.
+# import it, what it lacks here comes first; where its source says it cannot build or draft
+# here, that comes first of these and of block drafting (which says the same: an engine test).
 _CANDIDATES = ("reads like a family", "same class", "parallel drafting", "not judged")
+_SOURCE_FIRST = (*_CANDIDATES, "block drafting")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class ClassFacts:
     lineage: tuple[str, ...] = ()  # the class and its vLLM bases, by name
     import_error: str | None = None  # why vLLM cannot import its model file here
     build_error: str | None = None  # why, read from its source, vLLM cannot build it here
+    draft_error: str | None = None  # why, read from its source, it builds here but cannot draft
     raises: str | None = None  # what its __init__ raises before building anything
     compute_logits: bool = True
     logits_heads: tuple[str, ...] = ()  # what compute_logits hands logits_processor as the head
@@ -119,16 +123,9 @@ def head_reading(facts: ClassFacts) -> str:
 def _prefix(a: str | None, b: str | None) -> tuple[int, int]:
     """How alike two ``module:Class`` names are: the model file's name below vLLM's model
     packages, then the class's, by common prefix."""
-
-    def common(x: str, y: str) -> int:
-        n = 0
-        while n < min(len(x), len(y)) and x[n] == y[n]:
-            n += 1
-        return n
-
     (ma, _, ca), (mb, _, cb) = (a or "").partition(":"), (b or "").partition(":")
     ma, mb = ma.rpartition("models.")[2], mb.rpartition("models.")[2]
-    return common(ma, mb), common(ca, cb)
+    return len(commonprefix([ma, mb])), len(commonprefix([ca, cb]))
 
 
 def family_alike(
@@ -287,10 +284,10 @@ def judge(
         kind, status = "cannot import here", REFUSED
         inner = reason.removeprefix("not judged yet: ")
         reason = KINDS[kind][1].format(error=error, inner=inner)
-    elif facts.build_error and kind in _CANDIDATES:
-        kind, status = "cannot build here", REFUSED
-        inner = reason.removeprefix("not judged yet: ")
-        reason = KINDS[kind][1].format(error=facts.build_error, inner=inner)
+    elif (facts.build_error or facts.draft_error) and kind in _SOURCE_FIRST:
+        kind = "cannot build here" if facts.build_error else "cannot draft here"
+        inner, status = reason.removeprefix("not judged yet: "), REFUSED
+        reason = KINDS[kind][1].format(error=facts.build_error or facts.draft_error, inner=inner)
     elif error and kind not in ("served", "raises here"):
         reason += f"; vLLM cannot import its model file here ({error}): {_to_import(error)}"
     return Verdict(

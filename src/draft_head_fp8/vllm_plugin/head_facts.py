@@ -349,6 +349,7 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         lineage=tuple(r.name for r in chain),
         raises=raises(chain),
         build_error=build_facts.build_error(chain),
+        draft_error=build_facts.draft_error(chain),
         compute_logits=defined,
         logits_heads=heads_read,
         logits_changes=changes,
