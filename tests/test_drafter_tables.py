@@ -71,7 +71,8 @@ def test_034_drops_and_adds_what_the_release_changed(fresh):
     assert not any(a.lower().startswith("peagle") for a in new)
     added = set(new) - set(old)
     assert {"DFlash2BeamDraftModel", "Step5MTP"} <= added
-    assert {new[a][4] for a in added if "DSpark" in a} == {"markov term"}
+    # (Mistral Large 4's model file refuses a CPU at import: that is said first.)
+    assert {new[a][4] for a in added if "DSpark" in a} == {"markov term", "cannot import here"}
     # XPress's refiner adds its own vocabulary projection to the head's logits, pass after pass.
     assert {new[a][4] for a in added if "XPress" in a} == {"vocabulary term"}
 

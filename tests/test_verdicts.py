@@ -195,9 +195,11 @@ def test_a_class_vllm_cannot_build_here_says_why_and_how_it_reads_its_head():
         "the share the plugin already proves: not yet served: needs a family record, a tiny "
         "checkpoint and an engine test"
     )
-    # A judgment that is not a candidate for serving keeps its own reason.
+    # A Markov term is a candidate for serving too (as Qwen3's DSpark is): what keeps vLLM from
+    # building it here comes first; a judgment that is not a candidate keeps its own reason.
     markov = verdict(**KIND_CASES["markov term"], build_error="x")
-    assert markov.kind == "markov term"
+    assert markov.kind == "cannot build here" and "adds a low-rank Markov term" in markov.reason
+    assert verdict(**KIND_CASES["embedding head"], build_error="x").kind == "embedding head"
 
 
 def test_a_block_drafter_that_builds_here_but_cannot_draft_says_so_before_the_engine_test():
@@ -215,10 +217,10 @@ def test_a_block_drafter_that_builds_here_but_cannot_draft_says_so_before_the_en
         "the target's, shared (has_own_lm_head False): lm_head; needs a family record, a tiny "
         "checkpoint and an engine test"
     )
-    # Where vLLM cannot build it either, that comes first; a term keeps its own judgment.
+    # Where vLLM cannot build it either, that comes first; so for a class with a Markov term.
     both = verdict(**KIND_CASES["cannot draft here"], build_error="x")
     assert both.kind == "cannot build here"
-    assert verdict(**KIND_CASES["markov term"], draft_error="x").kind == "markov term"
+    assert verdict(**KIND_CASES["markov term"], draft_error="x").kind == "cannot draft here"
     # A class a family serves stays served: its engine test is the measurement.
     dflash = by_name("qwen3-dflash").drafters["DFlashDraftModel"]
     claimed = dataclasses.replace(

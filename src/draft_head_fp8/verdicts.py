@@ -37,7 +37,7 @@ PLATFORM_ERRORS = ("NotImplementedError", "CUDA", "GPU", "ROCm", "flash_attn", "
 # import it, what it lacks here comes first; where its source says it cannot build or draft
 # here, that comes first of these and of block drafting (which says the same: an engine test).
 _CANDIDATES = ("reads like a family", "same class", "parallel drafting", "not judged")
-_SOURCE_FIRST = (*_CANDIDATES, "block drafting")
+_SOURCE_FIRST = (*_CANDIDATES, "block drafting", "markov term")
 
 
 @dataclass(frozen=True)
@@ -280,7 +280,7 @@ def judge(
         **{"head": head_reading(facts), "needs": NEEDS, "cls": facts.vllm_class, **fields}
     )
     error = facts.import_error
-    if error and kind in _CANDIDATES and any(m in error for m in PLATFORM_ERRORS):
+    if error and kind in _SOURCE_FIRST and any(m in error for m in PLATFORM_ERRORS):
         kind, status = "cannot import here", REFUSED
         inner = reason.removeprefix("not judged yet: ")
         reason = KINDS[kind][1].format(error=error, inner=inner)
