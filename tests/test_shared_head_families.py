@@ -218,10 +218,10 @@ def test_every_position_of_a_drafted_block_is_the_bf16_heads_pick(runs):
 def test_dspark_draft_topk_drafts_the_bf16_heads_pick_among_its_top_k(runs):
     """vLLM's top-k Markov path (``dspark_draft_topk``) takes the head's top-k alone, adds the
     term to those only and drafts their argmax: flag on the head hands vLLM exact top-k rows
-    (``top_k_rows``: the certified top-k alone, or the whole exact row where the k + 1 best
-    tie). Every id, flag off and on, is the pick among ``torch.topk`` of the BF16 head's logits
-    after vLLM's own term; the tiny pair's twin rows make such ties; flag on, the plain FP8
-    head's top-k would have drafted other tokens."""
+    (``top_k_rows``: the certified top-k alone, or the whole exact row where the k-th and next
+    best tie: DSpark reads the set, not topk's order). Every id, flag off and on, is the pick
+    among ``torch.topk`` of the BF16 head's logits after vLLM's own term; the tiny pair's twin
+    rows make such ties; flag on, the plain FP8 head's top-k would have drafted other tokens."""
     top = ("--speculative-option", "dspark_draft_topk=4")
     off = runs.serve("topk-off", flag=False, args=top)
     on = runs.serve("topk-on", flag=True, env=FP8_EVERYWHERE, args=top)
@@ -234,11 +234,12 @@ def test_dspark_draft_topk_drafts_the_bf16_heads_pick_among_its_top_k(runs):
     assert on.facts["spec_decode"] == off.facts["spec_decode"]
     assert off.facts["draft_agreement"]["fp8_argmax_differs"] == 0
     assert on.facts["draft_agreement"]["fp8_argmax_differs"] > 0
-    assert on.facts["draft_agreement"]["top_k_tied"] > 0
+    agreement = on.facts["draft_agreement"]
+    assert agreement["top_k_tied"] > agreement["top_k_set_tied"] > 0  # measured: 73 and 10 of 84
     counts = on.facts["after_generate"]["certificate"]["counts"]
-    assert (
-        counts["uncertified"] == 0 and sum(counts.values()) >= on.facts["draft_agreement"]["steps"]
-    )
+    assert counts["uncertified"] == 0 and sum(counts.values()) >= agreement["steps"]
+    # Only a tie at the k-th place sends a row whole (DSpark reads the set): stage c.
+    assert counts["stage_c"] >= agreement["top_k_set_tied"]
     (boot,) = Archive(on.archive).boots()
     assert boot.status == "sealed" and Archive(on.archive).verify().ok
 

@@ -100,3 +100,32 @@ def test_without_the_distinct_rule_a_tie_at_the_kth_place_is_settled_by_index():
     strict = certified_top_k(logits, x, w, top=TOP + 1, distinct=True, **common)
     assert plain.whole_at is None  # proven at stage a or b: the tie went to the lower index
     assert strict.whole_at is not None and 0 in strict.whole_at.tolist()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_drafter_that_reads_the_set_gets_a_whole_row_only_for_a_tie_at_the_kth_place(kernel):
+    """DSpark's top-k path scatters the K best back into a row by token id: only the set
+    matters. With ``set_only`` the served rows' top-K is the BF16 row's set, every value exact;
+    each row whose K-th and (K+1)-th tie is whole; and rows that tie only inside the K (row 0:
+    a twin of its 2nd best) hold just their K, where the order-keeping rows are whole."""
+    saved = 0
+    for seed in range(3):
+        w, x, _, _ = make_head("random", seed, VOCAB, 64, TOKENS)
+        w = twin(w, x, 0, 2)
+        exact = reference(w, x, torch.zeros(VOCAB, dtype=bool))
+        q = quantize_per_tensor(w)
+        logits = fp8_logits(kernel, x, q).to(torch.bfloat16)
+        rows = {}
+        for only in (False, True):
+            method = head_method(w, q, kernel, k=TOP + 1)
+            rows[only] = top_k_rows(method, logits, x, TOP, wide_k=WIDE, set_only=only)
+        seen, want = rows[True], exact.topk(TOP, dim=-1)
+        got = seen.topk(TOP, dim=-1).indices
+        assert torch.equal(got.sort(-1).values, want.indices.sort(-1).values)
+        assert torch.equal(seen.gather(-1, want.indices), want.values.to(seen.dtype))
+        whole = {only: r.isfinite().sum(-1) > TOP for only, r in rows.items()}
+        best = exact.topk(TOP + 1, dim=-1).values
+        assert whole[True][best[:, TOP - 1] == best[:, TOP]].all()
+        assert not (whole[True] & ~whole[False]).any() and whole[False][0]
+        saved += int((whole[False] & ~whole[True]).sum())
+    assert saved > 0  # row 0 at least, unless a bound or a boundary tie sent it whole anyway

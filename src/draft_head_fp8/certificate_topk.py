@@ -143,7 +143,7 @@ def certified_top_k(
     terms: torch.Tensor | None = None,
     host_sync: bool = True,
     totals: torch.Tensor | None = None,
-    distinct: bool = False,
+    distinct: bool | str = False,
 ) -> CertifiedTopK:
     """The ``top`` best reference values of every draft row (head + ``term`` when given), in the
     reference's order, proven per row; ``top = 1`` is the greedy draft (the first maximum).
@@ -152,7 +152,8 @@ def certified_top_k(
     a, ``wide_k`` more at stage b; ``terms``: the bound's of the whole head call (default: x's).
     ``host_sync=False``: nothing read from the device, no stage c, a row left by stage b served
     from its candidates, ``uncertified``. Padding and ``suppressed`` are never picked.
-    ``distinct``: rows whose ``top`` best tie go to stage c too, whose whole rows are returned."""
+    ``distinct``: rows whose ``top`` best tie (``"last"``: whose last two) go to stage c too,
+    whose whole rows are returned."""
     if not 1 <= top <= min(k, valid_rows):
         raise ValueError(f"need 1 <= top <= k and top <= valid_rows, got {top}, {k}, {valid_rows}")
     flat, x = logits.reshape(-1, logits.shape[-1]), hidden.reshape(-1, hidden.shape[-1])
@@ -176,8 +177,8 @@ def certified_top_k(
         widest = reach.topk(wide, dim=-1).indices  # stage a's candidates are -inf in reach
         served, certified = _stage(rows, x, reach, blocked, term, widest, a, top)
         b_certified = certified & ~a_certified
-    if distinct:  # a proven top whose values tie is one torch.topk may order its own way
-        untied = (served.values[:, :-1] > served.values[:, 1:]).all(-1)
+    if distinct:  # a proven top whose values tie is one torch.topk may choose its own way
+        untied = _untied(served.values, distinct)
         a_certified, b_certified = a_certified & untied, b_certified & untied
     rest = ~(a_certified | b_certified)
     found = (served.indices, served.values, None, None)
@@ -187,6 +188,13 @@ def certified_top_k(
     counts = _counts(a_certified, b_certified, rest, host_sync, totals)
     shape = (*logits.shape[:-1], top)
     return CertifiedTopK(indices.reshape(shape), values.reshape(shape), counts, whole_at, whole)
+
+
+def _untied(values: torch.Tensor, distinct: bool | str) -> torch.Tensor:
+    """Rows whose ranked values are all distinct (``"last"``: whose last two are)."""
+    if distinct == "last":
+        return values[:, -2] > values[:, -1]
+    return (values[:, :-1] > values[:, 1:]).all(-1)
 
 
 def _blocked(partition, valid_rows, suppressed, device) -> torch.Tensor:

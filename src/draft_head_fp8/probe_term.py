@@ -76,7 +76,8 @@ def _watch_top_k(drafter: Any, top: int, block: dict, stats: dict) -> None:
     call on the BF16 head's logits, their top-k taken as vLLM takes it (``torch.topk``, whose
     choice among equal values is its own); the served head's plain FP8 logits the same way: what
     the plain FP8 head would have drafted. ``top_k_tied`` counts the rows whose ``top + 1`` best
-    BF16 values tie, where that choice is ``torch.topk``'s (``top_k_rows`` hands them whole)."""
+    BF16 values tie, ``top_k_set_tied`` those where the ``top``-th and the next do: there the set
+    is ``torch.topk``'s to choose (``top_k_rows`` hands those rows whole)."""
     import torch
 
     gathered = drafter.apply_markov_bias_gathered
@@ -94,6 +95,8 @@ def _watch_top_k(drafter: Any, top: int, block: dict, stats: dict) -> None:
         best = expected.topk(min(top + 1, expected.shape[-1]), dim=-1).values
         tied = int((best[:, :-1] <= best[:, 1:]).any(-1).sum())
         stats["top_k_tied"] = stats.get("top_k_tied", 0) + tied
+        at_kth = int((best[:, -2] <= best[:, -1]).sum())  # the set itself is topk's to choose
+        stats["top_k_set_tied"] = stats.get("top_k_set_tied", 0) + at_kth
         block["top_k_picks"] = (pick(markov_embed, expected), pick(markov_embed, served))
         return gathered(markov_embed, logits, values, index)
 

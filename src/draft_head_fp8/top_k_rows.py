@@ -10,7 +10,8 @@ as large has one answer, set and order, whatever its rule among equals: the row 
 ``nth_element`` over values alone on a CPU): the row is handed whole, every logit exact (the
 certificate's stage c), so that ``torch.topk`` sees the row it would see with the flag off and
 settles the tie as it would there. Either way vLLM's own ``topk`` then returns the BF16 head's
-ids and values, bit for bit, and ``argmax`` of such a row is the greedy draft too.
+ids and values, bit for bit, and ``argmax`` of such a row is the greedy draft too. A drafter that
+reads only the set (``set_only``) needs a whole row only where the K-th and (K+1)-th tie.
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ def top_k_rows(
     *,
     terms: torch.Tensor | None = None,
     wide_k: int,
+    set_only: bool = False,
 ) -> torch.Tensor:
     """``logits``' shape: per row the certified ``top`` best BF16 values and ``-inf`` elsewhere,
     or the whole exact row where the ``top + 1`` best tie (``method``: the head's, with its rows,
-    bound and counts; ``terms``: the bound's activation terms of the whole head call)."""
+    bound and counts; ``terms``: the bound's activation terms of the whole head call).
+    ``set_only``: the drafter reads the set of the ``top`` best, never ``torch.topk``'s order
+    (DSpark scatters them back into a row by token id): only a tie between the ``top``-th and
+    the next can change what it reads, and only such rows are handed whole."""
     padded = method.rescore_rows.shape[0]
     scan = logits
     if logits.shape[-1] < padded:
@@ -46,7 +51,7 @@ def top_k_rows(
         scan, hidden, method.rescore_rows, top=upto, k=max(upto, method.rescore_k),
         wide_k=max(wide_k, upto), valid_rows=method.real_rows, bound=method.bound,
         suppressed=method.suppressed, terms=terms, host_sync=not capturing,
-        totals=method.pick_counts, distinct=True,
+        totals=method.pick_counts, distinct="last" if set_only else True,
     )  # fmt: skip
     width = logits.shape[-1]
     served = torch.full_like(logits, float("-inf")).view(-1, width)

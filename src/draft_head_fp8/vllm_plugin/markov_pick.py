@@ -92,11 +92,12 @@ class MarkovTermPick:
         terms = method.bound.terms(hidden_states)  # the head call's activation scale
         if self._term_top_k is not None:
             # vLLM's top-k path takes the head's top-k alone (torch.topk), adds the term to those
-            # only and picks among them: exact top-k rows give it the BF16 head's k, in its order
-            # (map_draft_to_target passes the pick on).
+            # only, scatters them into a -inf row by token id and drafts its argmax (the first
+            # maximum by token id): it reads the set, never topk's order, so only a tie at the
+            # k-th place needs the whole row (map_draft_to_target passes the pick on).
             return top_k_rows(
                 method, logits, hidden_states, self._term_top_k, terms=terms,
-                wide_k=settings.WIDE_RESCORE_TOPK,
+                wide_k=settings.WIDE_RESCORE_TOPK, set_only=True,
             )  # fmt: skip
         self._term_block = Block(hidden_states, logits, self._term_steps, terms)
         return logits
