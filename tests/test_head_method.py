@@ -282,3 +282,26 @@ def test_non_zero_padding_rows_are_refused():
     method.real_rows = VOCAB - 8
     method.process_weights_after_loading(head)
     assert method.diagnostics["source_rows_hashed"] == VOCAB - 8
+
+
+@pytest.mark.parametrize(
+    "fused, certify, rescore_k, served",
+    [(False, True, 8, 4), (True, True, 8, None), (False, False, 8, None), (False, True, 0, None)],
+)
+def test_a_drafter_that_reads_the_top_k_is_served_only_by_the_certified_pick(
+    fused, certify, rescore_k, served
+):
+    """A top-K reader (``Family.top_k``: DFlash2's selector) gets exact top-K rows, which only the
+    certificate over vLLM's FP8 kernel makes: the fused kernel (its pick is the argmax inside the
+    kernel), the certificate off and plain FP8 logits are each refused, naming what serves it."""
+    from types import SimpleNamespace
+
+    from draft_head_fp8.vllm_plugin.head_method import serves_top_k
+
+    plan = SimpleNamespace(top_k=4, certify=certify, rescore_k=rescore_k)
+    if served is not None:
+        assert serves_top_k(plan, fused) == served
+        assert serves_top_k(SimpleNamespace(top_k=None, certify=True, rescore_k=8), fused) is None
+        return
+    with pytest.raises(HeadFp8EligibilityError, match="reads the head's top-4"):
+        serves_top_k(plan, fused)
