@@ -89,6 +89,9 @@ NEEDS_TORCHVISION = {
     "exaone45-mtp",
     "glm-ocr-mtp",
     "qwen4-exp-mtp",
+    # Its Gemma 4 multimodal target: transformers' Gemma 4 image processor, whose annotations
+    # read torchvision's InterpolationMode at import.
+    "gemma4-dspark",
 }
 # The engines the suite runs (release x runner): what differs between them is this table and
 # ``Engine.env``, nothing else. vLLM 0.34 (what `pip install vllm` gives) is the primary engine:

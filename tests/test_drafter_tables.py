@@ -73,6 +73,8 @@ def test_034_drops_and_adds_what_the_release_changed(fresh):
     assert {"DFlash2BeamDraftModel", "Step5MTP"} <= added
     # (Mistral Large 4's model file refuses a CPU at import: that is said first.)
     assert {new[a][4] for a in added if "DSpark" in a} == {"markov term", "cannot import here"}
+    # Gemma 4's DSpark class is served on both (its pick made after the term, as Qwen3's).
+    assert old["Gemma4DSparkModel"][3] == new["Gemma4DSparkModel"][3] == "served"
     # XPress's refiner adds its own vocabulary projection to the head's logits, pass after pass.
     assert {new[a][4] for a in added if "XPress" in a} == {"vocabulary term"}
 

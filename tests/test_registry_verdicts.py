@@ -45,7 +45,6 @@ def test_every_reason_is_its_kinds(registry):
 
 # What the issue names, judged from vLLM 0.32's source: (kind, the family it reads like).
 NAMED = {
-    "Gemma4DSparkModel": ("markov term", None),  # adds a low-rank Markov term
     "MedusaModel": ("several heads", None),
     # Laguna's DFlash class drafts a block as DFlashQwen3ForCausalLM (qwen3-dflash) does, but is
     # not that class (on 0.34 it cannot draft here: test_drafter_tables.py).
@@ -103,11 +102,22 @@ def test_every_dspark_class_is_served_picking_after_its_term_or_says_why_not(reg
         # A class vLLM cannot import or build here says that first (Mistral Large 4's, Kimi K3's).
         kinds = ("served", "markov term", "raises here", "cannot import here", "cannot build here")
         assert v.kind in kinds, v
-        if v.kind == "served":  # Qwen3's class: the pick made after its term (markov_pick)
+        if v.kind == "served":  # Qwen3's and Gemma 4's: the pick made after the term
             assert by_name(v.family).term is not None, v
         if v.kind == "markov term":
             assert "exact pick is not the draft's argmax" in v.reason
-    assert {v.family for v in dspark.values() if v.kind == "served"} == {"qwen3-dspark"}
+    served = {v.family for v in dspark.values() if v.kind == "served"}
+    assert served == {"qwen3-dspark", "gemma4-dspark"}
+
+
+def test_gemma4_dspark_reads_the_targets_head_whatever_its_checkpoint_ships(registry):
+    """Gemma 4's DSpark class replaces Qwen3's load_weights (which says has_own_lm_head per
+    checkpoint) by one that never says it: vLLM shares the target's head over the draft's own."""
+    _, verdicts = registry
+    v = verdicts["Gemma4DSparkModel"]
+    assert (v.status, v.family) == (SERVED, "gemma4-dspark")
+    assert v.head.startswith("the target's, shared (has_own_lm_head False): lm_head")
+    assert "(has_own_lm_head per checkpoint)" in verdicts["Qwen3DSparkModel"].head
 
 
 def test_dflashs_class_is_served_and_every_other_block_drafter_says_which_are(registry):
@@ -123,7 +133,8 @@ def test_dflashs_class_is_served_and_every_other_block_drafter_says_which_are(re
     blocks = [v for v in verdicts.values() if v.kind == "block drafting"]
     assert blocks
     for v in blocks:
-        assert "block drafting is served for qwen3-dflash (DFlashQwen3ForCausalLM)" in v.reason
+        assert "block drafting is served for " in v.reason
+        assert "qwen3-dflash (DFlashQwen3ForCausalLM)" in v.reason
 
 
 def test_the_refusal_is_the_verdicts_sentence(registry):

@@ -45,7 +45,9 @@ PROBE = textwrap.dedent(
     from transformers.utils import is_torchvision_available
     from vllm.model_executor.models.qwen3_5_mtp import Qwen3_5MoeMTP
     import torchvision.io
+    import torchvision.transforms
     import torchvision.transforms.v2.functional as tvF
+    from transformers.models.gemma4 import image_processing_gemma4, video_processing_gemma4
 
     def error(use):
         try:
@@ -61,6 +63,8 @@ PROBE = textwrap.dedent(
         "call": error(lambda: torchvision.io.decode_image(b"")),
         "attribute": error(lambda: torchvision.io.ImageReadMode.RGB),
         "missing": error(lambda: tvF.resize),
+        "v2_enum": tvF.InterpolationMode is torchvision.transforms.InterpolationMode,
+        "gemma4_processors": [image_processing_gemma4.__name__, video_processing_gemma4.__name__],
     }))
     """
 )
@@ -88,3 +92,9 @@ def test_with_the_shim_vllms_qwen35_drafter_imports_and_any_use_raises(tmp_path)
     assert facts["missing"][0] == "AttributeError"
     assert "torchvision.transforms.v2.functional.resize" in facts["missing"][1]
     assert "tests/shims/torchvision" in facts["missing"][1]
+    # A Gemma 4 target's image and video processors import (their annotations read the enum).
+    assert facts["v2_enum"] is True
+    assert facts["gemma4_processors"] == [
+        "transformers.models.gemma4.image_processing_gemma4",
+        "transformers.models.gemma4.video_processing_gemma4",
+    ]

@@ -40,6 +40,11 @@ OWN_TIED = ClassFacts("X", "vllm.model_executor.models.gemma4_mtp:Gemma4MTP",
 DFLASH = dataclasses.replace(
     EAGLE3, lineage=("DFlashQwen3ForCausalLM", "Qwen3ForCausalLM"), top_tokens=None
 )
+DSPARK = dataclasses.replace(
+    DFLASH,
+    heads=("lm_head", "model.markov_head.markov_w2"),
+    lineage=("Qwen3DSparkForCausalLM", *DFLASH.lineage),
+)
 BY_CLASS = {
     "DeepSeekMTP": MTP_SHARED,
     "Glm4MoeMTP": MTP_SHARED,
@@ -73,10 +78,12 @@ BY_CLASS = {
     # A block per step, its head read as EAGLE-3's (its own or the target's, d2t).
     "DFlashQwen3ForCausalLM": DFLASH,
     # DFlash's, and the Markov term's own head beside it (markov_pick).
-    "Qwen3DSparkForCausalLM": dataclasses.replace(
-        DFLASH,
-        heads=("lm_head", "model.markov_head.markov_w2"),
-        lineage=("Qwen3DSparkForCausalLM", *DFLASH.lineage),
+    "Qwen3DSparkForCausalLM": DSPARK,
+    # Qwen3 DSpark's, its load_weights replaced by one that never says has_own_lm_head.
+    "Gemma4DSparkForCausalLM": dataclasses.replace(
+        DSPARK,
+        has_own_lm_head="False",
+        lineage=("Gemma4DSparkForCausalLM", *DSPARK.lineage),
     ),
 }
 
@@ -166,8 +173,9 @@ def test_the_reasons_by_kind_exactly():
     )
     assert verdict(**KIND_CASES["block drafting"]).reason == (
         "drafts a block of tokens in one pass (DFlash: DFlashQwen3ForCausalLM) with a class no "
-        "family serves: vLLM's block drafting is served for qwen3-dflash "
-        "(DFlashQwen3ForCausalLM), qwen3-dspark (Qwen3DSparkForCausalLM) only, each proven on "
+        "family serves: vLLM's block drafting is served for gemma4-dspark "
+        "(Gemma4DSparkForCausalLM), qwen3-dflash (DFlashQwen3ForCausalLM), qwen3-dspark "
+        "(Qwen3DSparkForCausalLM) only, each proven on "
         "the engine (every position of the block through the FP8 head and the exact pick), not "
         "for this class; its head: its own if its checkpoint has one, else the target's "
         "(has_own_lm_head per checkpoint): lm_head; d2t; needs a family record, a tiny "
@@ -211,7 +219,8 @@ def test_a_block_drafter_that_builds_here_but_cannot_draft_says_so_before_the_en
         "vLLM builds and loads it on this platform but cannot draft with it (its hook reads a "
         "dropped weight): nothing can be proven here; read from its source, it drafts a block "
         "of tokens in one pass (DFlash: DFlashQwen3ForCausalLM) with a class no family serves: "
-        "vLLM's block drafting is served for qwen3-dflash (DFlashQwen3ForCausalLM), "
+        "vLLM's block drafting is served for gemma4-dspark (Gemma4DSparkForCausalLM), "
+        "qwen3-dflash (DFlashQwen3ForCausalLM), "
         "qwen3-dspark (Qwen3DSparkForCausalLM) only, each proven on the engine (every position "
         "of the block through the FP8 head and the exact pick), not for this class; its head: "
         "the target's, shared (has_own_lm_head False): lm_head; needs a family record, a tiny "

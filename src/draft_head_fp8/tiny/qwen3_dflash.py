@@ -86,17 +86,17 @@ def backbone_tensors(seed: int, rand: Randoms | None = None) -> dict:
     }
 
 
-def twin_rows(seed: int):
-    """An edit for ``rewrite_weights``: row ``2j + 1`` of the target's head becomes row ``2j``
-    times (1 + ``TWINS`` N(0, 1))."""
+def twin_rows(seed: int, tensor: str = "lm_head.weight"):
+    """An edit for ``rewrite_weights``: row ``2j + 1`` of the target's head (``tensor``: its
+    embedding where the target ties them) becomes row ``2j`` times (1 + ``TWINS`` N(0, 1))."""
     import torch
 
     def edit(tensors: dict) -> dict:
-        head = tensors["lm_head.weight"].float()
+        head = tensors[tensor].float()
         gen = torch.Generator().manual_seed(seed + 11)
         noise = 1 + TWINS * torch.randn(head[0::2].shape, generator=gen)
         head[1::2] = head[0::2] * noise
-        tensors["lm_head.weight"] = head.to(torch.bfloat16)
+        tensors[tensor] = head.to(torch.bfloat16)
         return tensors
 
     return edit

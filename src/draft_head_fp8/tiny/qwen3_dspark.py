@@ -55,7 +55,13 @@ def draft_tensors(seed: int) -> dict:
     rand = Randoms(seed)
     vocab = eagle3.VOCAB
     # One stream of draws: the backbone's first, then the Markov head's.
-    return dflash.backbone_tensors(seed, rand) | {
+    return dflash.backbone_tensors(seed, rand) | markov_head(rand, vocab)
+
+
+def markov_head(rand: Randoms, vocab: int) -> dict:
+    """The Markov head's two tensors, drawn from ``rand``; twin tokens (``2j``, ``2j + 1``) get
+    equal ``markov_w2`` rows, so the term never tells them apart."""
+    return {
         # term_j = w2_j . w1[prev]: about 0.1 across tokens, half the target head's logits.
         "markov_head.markov_w1.weight": rand.normal(vocab, MARKOV_RANK, std=1.0),
         "markov_head.markov_w2.weight": rand.normal(vocab // 2, MARKOV_RANK, std=0.025)

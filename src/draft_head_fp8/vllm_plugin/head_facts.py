@@ -180,6 +180,21 @@ def _calls_super(function: ast.FunctionDef, name: str) -> bool:
     )
 
 
+def _reached_methods(chain: tuple[ClassRef, ...]) -> Iterator[ast.FunctionDef]:
+    """Every method of the chain that a call can reach: the first definition of each name, and
+    one it overrides only where the override calls ``super()``'s (a DSpark subclass's
+    ``load_weights`` that replaces Qwen3 DSpark's, which says ``has_own_lm_head`` per checkpoint,
+    never says it)."""
+    open_names: dict[str, bool] = {}
+    for ref in chain:
+        for node in ref.node.body:
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if open_names.get(node.name, True):
+                open_names[node.name] = _calls_super(node, node.name)
+                yield node
+
+
 def _above(chain: tuple[ClassRef, ...], owner: ClassRef) -> tuple[ClassRef, ...]:
     """The chain after ``owner``: where ``super()`` looks."""
     return chain[chain.index(owner) + 1 :] if owner in chain else ()
@@ -302,8 +317,8 @@ def own_head(chain: tuple[ClassRef, ...]) -> str:
     }
     calls = any(
         isinstance(node, ast.Call) and class_source.name_of(node.func) == "process_eagle_weight"
-        for ref in chain
-        for node in ast.walk(ref.node)
+        for function in _reached_methods(chain)
+        for node in ast.walk(function)
     )
     if calls or len(set_to) > 1 or set_to - {"True", "False"}:
         return "per checkpoint"  # set from what the checkpoint holds
