@@ -203,7 +203,8 @@ def test_every_position_of_a_drafted_block_is_the_bf16_heads_pick(runs):
     BF16 head's pick (the head recomputed from the checkpoint), each call whole blocks; flag on,
     the plain FP8 argmax (vLLM's FP8 kernel alone, on the same hidden states) would have drafted
     other tokens (the tiny target's head has twin rows, tiny/qwen3_dflash.py): the certified pick
-    made every one of them the BF16 head's."""
+    made every one of them the BF16 head's. (DFlash2 drafts from each row's top-K instead: its
+    rows count as agreeing when the whole candidate set does, probe_top_k.py.)"""
     off, on = runs.off.facts, runs.on.facts
     for facts in (off, on):
         agreement = facts["draft_agreement"]
