@@ -240,9 +240,12 @@ def main() -> None:
 
     assert env_enabled(), "the probe runs with the experiment flag on"
     flag_off = flag_off_changes_nothing(register)
+    known = set(vllm.ModelRegistry.models)
     register()
     report = {
         "flag_off_changes_nothing": flag_off,
+        # Architectures the plugin added to vLLM's registry (a record's name this release lacks).
+        "registered_beyond_vllm": sorted(set(vllm.ModelRegistry.models) - known),
         "vllm": {"version": vllm.__version__, "file": vllm.__file__},
         "release": seams.installed_release(),
         "missing_seams": seams.missing(),

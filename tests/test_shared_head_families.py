@@ -114,6 +114,8 @@ TERM_RUNS = [(f.name, V034.name) for f in SHARED if f.term is not None]
 TOP_K_RUNS = [("qwen3-dspark", V034.name)]
 # The families that draft a whole block per step from one head call (DFlash), and their block.
 BLOCK_RUNS = [(f.name, V034.name) for f in SHARED if f.drafts_block]
+# The families whose drafter reads the head's top-K (DFlash2's candidate selector).
+SELECTOR_RUNS = [(f.name, V034.name) for f in SHARED if f.top_k is not None]
 BLOCK_TOKENS = 3
 
 
@@ -201,7 +203,8 @@ def test_every_position_of_a_drafted_block_is_the_bf16_heads_pick(runs):
     BF16 head's pick (the head recomputed from the checkpoint), each call whole blocks; flag on,
     the plain FP8 argmax (vLLM's FP8 kernel alone, on the same hidden states) would have drafted
     other tokens (the tiny target's head has twin rows, tiny/qwen3_dflash.py): the certified pick
-    made every one of them the BF16 head's."""
+    made every one of them the BF16 head's. (DFlash2 drafts from each row's top-K instead: its
+    rows count as agreeing when the whole candidate set does, probe_top_k.py.)"""
     off, on = runs.off.facts, runs.on.facts
     for facts in (off, on):
         agreement = facts["draft_agreement"]
@@ -215,6 +218,34 @@ def test_every_position_of_a_drafted_block_is_the_bf16_heads_pick(runs):
     assert on["draft_agreement"]["fp8_argmax_differs"] > 0  # what the certified pick corrected
     counts = on["after_generate"]["certificate"]["counts"]
     assert counts["uncertified"] == 0 and sum(counts.values()) == on["draft_agreement"]["steps"]
+
+
+@pytest.mark.parametrize("runs", SELECTOR_RUNS, ids=_id, indirect=True)
+def test_every_candidate_set_is_the_bf16_heads_top_k_ids_and_values(runs):
+    """DFlash2: vLLM's ``compute_candidates`` takes ``torch.topk(K)`` of the head's logits over
+    every request x position, and its selector and walk draft from those K ids and values alone.
+    Every row, flag off and on, is ``torch.topk(K)`` of the BF16 head's logits (recomputed from
+    the checkpoint), ids and values bit for bit; flag on, the plain FP8 logits' top-K would have
+    held other ids or another order on many rows (the tiny target's twin head rows), and the
+    K + 1 best tie on many (``top_k_rows`` hands those rows whole)."""
+    off, on = runs.off.facts, runs.on.facts
+    top = runs.family.top_k(json.loads((runs.pair.assistant / "config.json").read_text()))
+    for facts in (off, on):
+        candidates = facts["draft_agreement"]["candidates"]
+        assert candidates["top"] == top
+        assert candidates["agree"] == candidates["rows"] == facts["draft_agreement"]["steps"] > 50
+        # Every draft token vLLM counted comes from a row the probe checked.
+        assert candidates["rows"] == facts["spec_decode"]["num_draft_tokens"]
+        assert candidates["top_k_tied"] > 0
+    assert off["draft_agreement"]["candidates"]["fp8_top_k_differs"] == 0  # the head is BF16
+    assert on["draft_agreement"]["candidates"]["fp8_top_k_differs"] > 0
+    assert on["texts"] == off["texts"] and on["spec_decode"] == off["spec_decode"]
+    counts = on["after_generate"]["certificate"]["counts"]
+    assert counts["uncertified"] == 0 and sum(counts.values()) == on["draft_agreement"]["steps"]
+    # Rows with a tie among the K + 1 best are answered whole (stage c), the others by the scan.
+    assert counts["stage_c"] >= on["draft_agreement"]["candidates"]["top_k_tied"]
+    assert counts["stage_a"] + counts["stage_b"] > 0
+    assert runs.on.facts["after_start"]["receipt"]["eligible"] is True
 
 
 @pytest.mark.parametrize("runs", TOP_K_RUNS, ids=_id, indirect=True)

@@ -93,3 +93,54 @@ def test_the_pytest_process_and_the_package_never_see_the_standin():
         # the package or the plugin at load).
         assert "triton" not in imported or path.name == "fused_head.py", path
     assert TRITON_CPU_STANDIN.is_dir() and not str(TRITON_CPU_STANDIN).startswith(str(package))
+
+
+MASKED = textwrap.dedent(
+    """
+    import json
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def masked(state_ptr, x_ptr, out_ptr, TOP: tl.constexpr, BLOCK: tl.constexpr):
+        # The pattern of vLLM 0.34's DFlash2 selector walk: a block mask and a scalar one.
+        offsets = tl.arange(0, BLOCK)
+        mask = offsets < TOP
+        valid = tl.load(state_ptr) >= 0
+        x = tl.load(x_ptr + offsets, mask=mask & valid, other=-1.0)
+        tl.store(out_ptr + offsets, x, mask=mask & valid)
+
+    out = {}
+    for state in (0, -1):
+        x, y = torch.arange(8, dtype=torch.float32), torch.full((8,), 9.0)
+        try:
+            masked[(1,)](torch.tensor([state]), x, y, TOP=5, BLOCK=8)
+            out[str(state)] = y.tolist()
+        except Exception as exc:
+            out[str(state)] = repr(exc)
+    print(json.dumps(out))
+    """
+)
+
+
+def _masked(tmp_path: Path, extra: dict) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-c", MASKED], env={**env, "TRITON_INTERPRET": "1", **extra},
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_with_the_standin_a_block_mask_and_a_scalar_mask_load_as_compiled_triton_loads(tmp_path):
+    """Triton 3.9.0's interpreter types a comparison as its operands (int64 around bool data), so
+    ``block_mask & scalar_mask`` reaches ``tl.load`` as int32 and it refuses the mask; compiled
+    Triton types comparisons i1. With the stand-in's correction (interpreter_fix.py) the lanes
+    load and store as compiled Triton's would; without it the interpreter raises."""
+    bare = _masked(tmp_path, {})
+    assert all("mask has unsupported dtype" in bare[s] for s in ("0", "-1")), bare
+    fixed = _masked(tmp_path, {"PYTHONPATH": str(TRITON_CPU_STANDIN)})
+    assert fixed["0"] == [0.0, 1.0, 2.0, 3.0, 4.0, 9.0, 9.0, 9.0]  # the first five lanes
+    assert fixed["-1"] == [9.0] * 8  # no lane: the scalar mask is false

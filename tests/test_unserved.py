@@ -41,7 +41,9 @@ def test_every_speculative_architecture_vllm_knows_is_served_or_refused():
     )
     assert {"PEagleDraftModel", "PeagleQwen3ForCausalLM", "EagleCohereForCausalLM"} <= set(refused)
     assert not set(refused) & set(SERVED)
-    assert set(refused) | set(SERVED) == set(seams.read("speculative_models"))
+    # Every one this vLLM knows; a record may name one a later release adds (0.34's Ricursive).
+    known = set(seams.read("speculative_models"))
+    assert set(refused) | (set(SERVED) & known) == known
     assert refused["PeagleQwen3ForCausalLM"] == (
         "vllm.model_executor.models.qwen3_eagle3:Eagle3Qwen3ForCausalLM"
     )

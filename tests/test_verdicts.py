@@ -85,6 +85,14 @@ BY_CLASS = {
         has_own_lm_head="False",
         lineage=("Gemma4DSparkForCausalLM", *DSPARK.lineage),
     ),
+    # DFlash's, with the selector reading the head's top-K; the NoPE subclass below it.
+    "DFlash2Qwen3ForCausalLM": dataclasses.replace(
+        DFLASH, lineage=("DFlash2Qwen3ForCausalLM", *DFLASH.lineage)
+    ),
+    "RicursiveDFlash2ForCausalLM": dataclasses.replace(
+        DFLASH,
+        lineage=("RicursiveDFlash2ForCausalLM", "DFlash2Qwen3ForCausalLM", *DFLASH.lineage),
+    ),
 }
 
 
@@ -174,8 +182,8 @@ def test_the_reasons_by_kind_exactly():
     assert verdict(**KIND_CASES["block drafting"]).reason == (
         "drafts a block of tokens in one pass (DFlash: DFlashQwen3ForCausalLM) with a class no "
         "family serves: vLLM's block drafting is served for gemma4-dspark "
-        "(Gemma4DSparkForCausalLM), qwen3-dflash (DFlashQwen3ForCausalLM), qwen3-dspark "
-        "(Qwen3DSparkForCausalLM) only, each proven on "
+        "(Gemma4DSparkForCausalLM), qwen3-dflash (DFlashQwen3ForCausalLM), qwen3-dflash2 "
+        "(DFlash2Qwen3ForCausalLM), qwen3-dspark (Qwen3DSparkForCausalLM) only, each proven on "
         "the engine (every position of the block through the FP8 head and the exact pick), not "
         "for this class; its head: its own if its checkpoint has one, else the target's "
         "(has_own_lm_head per checkpoint): lm_head; d2t; needs a family record, a tiny "
@@ -220,7 +228,7 @@ def test_a_block_drafter_that_builds_here_but_cannot_draft_says_so_before_the_en
         "dropped weight): nothing can be proven here; read from its source, it drafts a block "
         "of tokens in one pass (DFlash: DFlashQwen3ForCausalLM) with a class no family serves: "
         "vLLM's block drafting is served for gemma4-dspark (Gemma4DSparkForCausalLM), "
-        "qwen3-dflash (DFlashQwen3ForCausalLM), "
+        "qwen3-dflash (DFlashQwen3ForCausalLM), qwen3-dflash2 (DFlash2Qwen3ForCausalLM), "
         "qwen3-dspark (Qwen3DSparkForCausalLM) only, each proven on the engine (every position "
         "of the block through the FP8 head and the exact pick), not for this class; its head: "
         "the target's, shared (has_own_lm_head False): lm_head; needs a family record, a tiny "

@@ -102,7 +102,13 @@ def test_every_name_the_plugin_reads_is_where_the_seams_table_says(probe, versio
 @VERSIONS
 def test_every_family_wraps_exactly_the_class_that_release_builds(probe, version):
     drafters = probe(version)["drafters"]
+    # A record's architecture this release lacks (0.34's Ricursive DFlash2 before 0.34) is not
+    # added to vLLM's registry: nothing new is named with the flag on.
+    assert probe(version)["registered_beyond_vllm"] == []
+    assert version == "0.34.0" or "DFlash2RicursiveDraftModel" not in drafters
     for architecture, family in SERVED.items():
+        if architecture not in drafters:
+            continue
         record = drafters[architecture]
         assert record["vllm_builds"] == family.drafters[architecture], architecture
         assert record["serves"] and record["subclasses_vllms"], architecture
@@ -137,7 +143,9 @@ def test_every_architecture_of_the_release_has_a_verdict(probe, version):
     assert set(verdicts) == set(probe(version)["drafters"])  # vLLM's own table, every entry
     if version == "0.34.0":
         assert len(verdicts) == 69
-    assert {a for a, v in verdicts.items() if v["status"] == "served"} == set(SERVED)
+    served = {a for a, v in verdicts.items() if v["status"] == "served"}
+    assert served == set(SERVED) & set(verdicts)
+    assert version != "0.34.0" or served == set(SERVED)
     assert {v["status"] for v in verdicts.values()} <= {"served", "refused", "not judged yet"}
 
 

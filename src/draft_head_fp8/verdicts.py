@@ -214,11 +214,12 @@ def _block_drafter(facts: ClassFacts) -> str | None:
 
 
 def _served_blocks(served: Mapping[str, tuple[Family, ClassFacts]]) -> str:
-    """The served families that draft a block per step, with the class each serves."""
+    """The served families that draft a block per step, each with its first class: the one its
+    tiny checkpoint and engine test run (a record may serve a subclass beside it, unrun)."""
     found = {
         f"{family.name} ({(theirs.vllm_class or '').rpartition(':')[2]})"
         for family, theirs in served.values()
-        if _block_drafter(theirs) is not None
+        if _block_drafter(theirs) and theirs.vllm_class == next(iter(family.drafters.values()))
     }
     return ", ".join(sorted(found)) or "no family"
 

@@ -264,6 +264,10 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
             probe_block.count_block(stats, block, same, picks, plain)
 
     watch_top_tokens(processor, reference, stats)
+    if family_of(drafter).top_k is not None:  # the head's top-K is read: checked there
+        from draft_head_fp8.probe_top_k import watch_candidates
+
+        watch_candidates(drafter, _draft_tokens(worker), bf16_reference(bf16_head, None), stats)
     if family_of(drafter).term is not None:  # the pick is made after a term: checked there
         from draft_head_fp8.probe_term import watch_term_agreement
 

@@ -39,8 +39,11 @@ def register() -> None:
     # An ordinary stop must not kill the engine core before its workers keep the boot's last
     # record (shutdown_grace says why vLLM's default does).
     shutdown_grace.install()
+    known = set(ModelRegistry.models)
     for family in all_families():
         for architecture, vllm_class in family.drafters.items():
+            if architecture not in known:  # a later release's name (0.34's Ricursive DFlash2)
+                continue
             # vLLM's own entry is kept: the class it resolves to is the one wrapped (or refused).
             vllm_classes.remember(architecture)
             ModelRegistry.register_model(architecture, registry_entry(vllm_class))

@@ -10,3 +10,21 @@ def refuse(what: str) -> RuntimeError:
         f"{SHIM} cannot {what}: it compiles nothing; run with TRITON_INTERPRET=1 so that Triton's "
         "interpreter runs every kernel"
     )
+
+
+def _correct_the_interpreter() -> None:
+    """Where every kernel runs in Triton's interpreter, correct its one known contradiction of
+    compiled Triton that a tested vLLM kernel meets (``interpreter_fix.py``), once the
+    interpreter's module has loaded: Triton discovers this backend while it imports itself,
+    before its language module can be imported."""
+    import os
+    import sys
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    from draft_head_fp8_triton_cpu_standin import interpreter_fix
+
+    if interpreter_fix.MODULE in sys.modules:
+        interpreter_fix.apply()
+    else:
+        sys.meta_path.insert(0, interpreter_fix.AfterLoad())
