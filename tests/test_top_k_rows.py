@@ -129,3 +129,21 @@ def test_a_drafter_that_reads_the_set_gets_a_whole_row_only_for_a_tie_at_the_kth
         assert not (whole[True] & ~whole[False]).any() and whole[False][0]
         saved += int((whole[False] & ~whole[True]).sum())
     assert saved > 0  # row 0 at least, unless a bound or a boundary tie sent it whole anyway
+
+
+def test_rows_handed_whole_are_taken_from_the_heads_own_logits_when_given():
+    """In the engine the whole rows are vLLM's own BF16 logits of the call (``certified_pick.
+    stock_logits``: its op and shape, as with the flag off), not the certificate's float32 sums,
+    which round differently now and then; only the whole rows come from it."""
+    w, x, _, _ = make_head("random", 0, VOCAB, 64, TOKENS)
+    w = twin(w, x, 0, TOP)
+    exact = reference(w, x, torch.zeros(VOCAB, dtype=bool))
+    stock = exact.to(torch.bfloat16) + 0  # a stand-in row source, one value nudged to tell it
+    stock[0, 7] = stock[0, 7].item() - 0.5
+    q = quantize_per_tensor(w)
+    method = head_method(w, q, KERNELS[0], k=TOP + 1)
+    logits = fp8_logits(KERNELS[0], x, q).to(torch.bfloat16)
+    seen = top_k_rows(method, logits, x, TOP, wide_k=WIDE, whole=lambda: stock)
+    whole = seen.isfinite().sum(-1) > TOP
+    assert whole[0] and torch.equal(seen[0], stock[0])
+    assert (seen[~whole].isfinite().sum(-1) == TOP).all()

@@ -16,6 +16,7 @@ reads only the set (``set_only``) needs a whole row only where the K-th and (K+1
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,13 +34,16 @@ def top_k_rows(
     terms: torch.Tensor | None = None,
     wide_k: int,
     set_only: bool = False,
+    whole: Callable[[], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``logits``' shape: per row the certified ``top`` best BF16 values and ``-inf`` elsewhere,
     or the whole exact row where the ``top + 1`` best tie (``method``: the head's, with its rows,
     bound and counts; ``terms``: the bound's activation terms of the whole head call).
     ``set_only``: the drafter reads the set of the ``top`` best, never ``torch.topk``'s order
     (DSpark scatters them back into a row by token id): only a tie between the ``top``-th and
-    the next can change what it reads, and only such rows are handed whole."""
+    the next can change what it reads, and only such rows are handed whole. ``whole``: the
+    call's logits as vLLM's own BF16 head computes them (the rows handed whole are taken from it;
+    by default the certificate's stage c, float32 sums)."""
     padded = method.rescore_rows.shape[0]
     scan = logits
     if logits.shape[-1] < padded:
@@ -59,5 +63,6 @@ def top_k_rows(
     values = best.values.reshape(-1, upto)[:, :top].to(logits.dtype)
     served.scatter_(-1, indices, values)
     if best.whole_at is not None:  # the tied rows, and any no bound proved: whole and exact
-        served[best.whole_at] = best.whole[:, :width].to(logits.dtype)
+        rows = best.whole if whole is None else whole().reshape(-1, width)[best.whole_at]
+        served[best.whole_at] = rows[:, :width].to(logits.dtype)
     return served.view_as(logits)

@@ -12,6 +12,8 @@ import torch
 
 from draft_head_fp8 import certificate
 from draft_head_fp8.settings import WIDE_RESCORE_TOPK
+from draft_head_fp8.top_k_rows import top_k_rows
+from draft_head_fp8.vllm_plugin import batch_paths
 
 
 def bound_kernel(method: Any) -> str:
@@ -54,6 +56,34 @@ def pick(method: Any, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         valid_rows=method.real_rows, bound=method.bound, suppressed=method.suppressed,
         host_sync=not capturing, totals=method.pick_counts,
     ).logits  # fmt: skip
+
+
+def top_k(
+    method: Any, logits: torch.Tensor, x: torch.Tensor, top: int, *,
+    terms: torch.Tensor | None = None, set_only: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """Exact top-K rows for a drafter that reads the head's ``top`` best (``top_k_rows``); a row
+    handed whole is vLLM's own BF16 logits of this call (``stock_logits``), where there is such a
+    head to run."""
+    stock = stock_logits(method, x)
+    return top_k_rows(
+        method, logits, x, top, terms=terms, wide_k=WIDE_RESCORE_TOPK, set_only=set_only,
+        whole=stock,
+    )  # fmt: skip
+
+
+def stock_logits(method: Any, x: torch.Tensor) -> Any:
+    """A callable for vLLM's own BF16 logits of the whole call ``x``: the op and the shape the
+    head runs with the flag off, so a row taken from it is bit for bit the row ``torch.topk``
+    sees there (the float32 sums of ``every_row`` round differently now and then: measured, 2
+    of 126 DFlash2 rows, outside their top-K). The BF16 path where it serves; else the target's
+    head, already prepared by vLLM, for a head read at the share; None for a head of the drafter's
+    own that keeps no BF16 path (the whole rows are then ``every_row``'s)."""
+    if method.bf16 is not None:
+        return lambda: method.bf16(x)
+    if method.bf16_layer is not None:
+        return lambda: batch_paths.BF16Head(method.rescore_rows, method.bf16_layer)(x)
+    return None
 
 
 def record(method: Any) -> dict:

@@ -34,8 +34,7 @@ from draft_head_fp8.evidence.diagnostics import head_record
 from draft_head_fp8.fp8 import QuantizedHead
 from draft_head_fp8.layouts import LAYOUT_PLAIN
 from draft_head_fp8.rescore import rescore_top_k
-from draft_head_fp8.settings import BF16_FROM_NEVER, WIDE_RESCORE_TOPK
-from draft_head_fp8.top_k_rows import top_k_rows
+from draft_head_fp8.settings import BF16_FROM_NEVER
 from draft_head_fp8.vllm_plugin import batch_paths, certified_pick, head_bytes, seams
 from draft_head_fp8.vllm_plugin.fused_kernel import FusedW8A16HeadKernel
 from draft_head_fp8.vllm_plugin.kernels import KernelChoice, choose_head_kernel
@@ -376,7 +375,7 @@ class DraftHeadFp8LinearMethod(QuantizeMethodBase):
         if self.rescore_rows is None or self.picks_after_term:
             return logits
         if self.top_k is not None:
-            return top_k_rows(self, logits, x, self.top_k, wide_k=WIDE_RESCORE_TOPK)
+            return certified_pick.top_k(self, logits, x, self.top_k)
         if self.bound is not None:
             return certified_pick.pick(self, logits, x)
         return rescore_top_k(

@@ -27,7 +27,7 @@ from typing import Any
 from draft_head_fp8 import settings
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.term_pick import Block
-from draft_head_fp8.top_k_rows import top_k_rows
+from draft_head_fp8.vllm_plugin import certified_pick
 
 
 def refusal(vllm_config: Any, draft_config: Any) -> str | None:
@@ -95,10 +95,9 @@ class MarkovTermPick:
             # only, scatters them into a -inf row by token id and drafts its argmax (the first
             # maximum by token id): it reads the set, never topk's order, so only a tie at the
             # k-th place needs the whole row (map_draft_to_target passes the pick on).
-            return top_k_rows(
-                method, logits, hidden_states, self._term_top_k, terms=terms,
-                wide_k=settings.WIDE_RESCORE_TOPK, set_only=True,
-            )  # fmt: skip
+            return certified_pick.top_k(
+                method, logits, hidden_states, self._term_top_k, terms=terms, set_only=True
+            )
         self._term_block = Block(hidden_states, logits, self._term_steps, terms)
         return logits
 
