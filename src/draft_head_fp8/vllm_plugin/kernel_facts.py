@@ -74,17 +74,22 @@ def _aliases_of_custom_ops(module: class_source.Module) -> set[str]:
 
 
 def _unguarded(body: list[ast.stmt]) -> Iterator[ast.AST]:
-    """Every node a function's body runs whatever its inputs: nothing under an ``if`` or a
-    ``while`` (a platform's or a size's branch), in a handler, or in a nested function."""
+    """Every node a function's body runs whatever its inputs: nothing under an ``if``, a
+    ``while`` or a conditional expression (a platform's or a size's branch), in a handler, or in
+    a nested function."""
     for statement in body:
         if isinstance(statement, (ast.If, ast.While, ast.FunctionDef, ast.Lambda, ast.ClassDef)):
             continue
         if isinstance(statement, (ast.For, ast.With, ast.Try)):
             yield from _unguarded(statement.body)
             continue
-        for node in ast.walk(statement):
-            if not isinstance(node, ast.IfExp):
-                yield node
+        branches = {
+            id(inner)
+            for node in ast.walk(statement)
+            if isinstance(node, ast.IfExp)
+            for inner in ast.walk(node)
+        }
+        yield from (node for node in ast.walk(statement) if id(node) not in branches)
 
 
 def _run_functions(module: class_source.Module) -> Iterator[ast.FunctionDef]:
