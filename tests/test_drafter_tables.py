@@ -110,7 +110,10 @@ def test_the_last_dspark_classes_on_034_say_what_keeps_each_from_being_served_he
     minimax, v41, muse = (
         new[a] for a in ("DSparkMiniMaxDraftModel", "DSparkV41DraftModel", "MuseSparkDSparkModel")
     )
-    run = "vLLM builds it on this platform but cannot run its forward ("
+    run = (
+        "vLLM cannot run it on this platform: its source calls a compiled operator this build "
+        "lacks ("
+    )
     assert minimax[4] == "cannot run here" and minimax[5].startswith(
         f"{run}vllm.models.minimax_m3.common.dspark, one of its model files, calls "
         "ops.fused_minimax_m3_qknorm_rope_kv_insert (in dspark_qknorm_rope_kv_insert) "

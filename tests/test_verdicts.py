@@ -271,9 +271,9 @@ def test_a_class_whose_model_file_calls_a_kernel_absent_here_says_so_first():
     v = verdict(**KIND_CASES["cannot run here"])
     assert (v.status, v.kind) == (REFUSED, "cannot run here")
     assert v.reason == (
-        "vLLM builds it on this platform but cannot run its forward (its model file calls a "
-        "kernel absent here): nothing can be proven here; read from its source, it "
-        + verdict(**KIND_CASES["markov term"]).reason
+        "vLLM cannot run it on this platform: its source calls a compiled operator this build "
+        "lacks (its model file calls a kernel absent here): nothing can be run or proven here; "
+        "read from its source, it " + verdict(**KIND_CASES["markov term"]).reason
     )
     # Building comes before running, running before drafting.
     assert verdict(**KIND_CASES["cannot run here"], build_error="x").kind == "cannot build here"

@@ -30,8 +30,9 @@ KINDS: dict[str, tuple[str, str]] = {
     ),
     "cannot run here": (
         REFUSED,
-        "vLLM builds it on this platform but cannot run its forward ({error}): nothing can be "
-        "proven here; read from its source, it {inner}",
+        "vLLM cannot run it on this platform: its source calls a compiled operator this "
+        "build lacks ({error}): nothing can be run or proven here; read from its source, it "
+        "{inner}",
     ),
     "cannot draft here": (
         REFUSED,
