@@ -2,8 +2,8 @@
 read with ``ast`` (nothing imported from them): each ``torch.ops._C.<op>`` a model file calls,
 directly or through a wrapper of vLLM's ``_custom_ops`` (``ops.<wrapper>(...)``), asked of the
 operators the build's compiled kernels register (``seams``: ``kernel_ops``). A fact beside
-``build_facts``: the model file imports and vLLM constructs the class, but vLLM stops at the
-first call of an operator the build lacks (at start-up, or at the first draft step).
+``build_facts``: whatever else happens as vLLM builds the class, it stops at the first call of
+an operator the build lacks (at start-up, or at the first draft step).
 
 The files read are those of the drafter's class, its vLLM bases and the model classes it builds
 (``build_facts.built``): where a vLLM model keeps the kernels of its layers. vLLM 0.34's CPU
