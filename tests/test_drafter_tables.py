@@ -73,8 +73,13 @@ def test_034_drops_and_adds_what_the_release_changed(fresh):
     assert not any(a.lower().startswith("peagle") for a in new)
     added = set(new) - set(old)
     assert {"DFlash2BeamDraftModel", "Step5MTP"} <= added
-    # (Mistral Large 4's model file refuses a CPU at import: that is said first.)
-    assert {new[a][4] for a in added if "DSpark" in a} == {"markov term", "cannot import here"}
+    # (Mistral Large 4's model file refuses a CPU at import: that is said first; MiniMax M3's
+    # calls a CUDA kernel; Muse Spark's stacks a weight vLLM's CPU linear method dropped.)
+    assert {a: new[a][4] for a in added if "DSpark" in a} == {
+        "DSparkMiniMaxDraftModel": "cannot run here",
+        "MistralLarge4DSparkModel": "cannot import here",
+        "MuseSparkDSparkModel": "cannot draft here",
+    }
     # Gemma 4's DSpark class is served on both (its pick made after the term, as Qwen3's).
     assert old["Gemma4DSparkModel"][3] == new["Gemma4DSparkModel"][3] == "served"
     # XPress's refiner adds its own vocabulary projection to the head's logits, pass after pass.
@@ -100,3 +105,53 @@ def test_lagunas_dflash_class_cannot_draft_on_034_here_and_reads_as_block_drafti
     assert old["DFlashLagunaForCausalLM"][4] == "block drafting"
     # Qwen3 DFlash's module asks is_cpu and projects through the layers there: served.
     assert rows(fresh("0.34"))["DFlashDraftModel"][3] == "served"
+
+
+def test_the_last_dspark_classes_on_034_say_what_keeps_each_from_being_served_here(fresh):
+    """Issue 44, read from vLLM 0.34's source: MiniMax M3's and DeepSeek V4.1's DSpark model
+    files call CUDA kernels this build lacks (their greedy picks go through the methods the pick
+    after the term wraps); Muse Spark's stacks ``qkv_proj.weight`` after vLLM's CPU linear
+    method dropped it, and its speculator applies its output transform between the term and the
+    pick, or its specialized decode drafts in a fused sampler."""
+    new = rows(fresh("0.34"))
+    minimax, v41, muse = (
+        new[a] for a in ("DSparkMiniMaxDraftModel", "DSparkV41DraftModel", "MuseSparkDSparkModel")
+    )
+    run = (
+        "vLLM cannot run it on this platform: its source calls a compiled operator this build "
+        "lacks ("
+    )
+    assert minimax[4] == "cannot run here" and minimax[5].startswith(
+        f"{run}vllm.models.minimax_m3.common.dspark, one of its model files, calls "
+        "ops.fused_minimax_m3_qknorm_rope_kv_insert (in dspark_qknorm_rope_kv_insert) "
+        "unconditionally, and this vLLM build's compiled kernels register no "
+        "torch.ops._C.fused_minimax_m3_qknorm_rope_kv_insert"
+    )
+    assert "read from its source, it adds a low-rank Markov term" in minimax[5]
+    assert v41[4] == "cannot run here" and v41[5].startswith(
+        f"{run}vllm.models.deepseek_v41.nvidia.dspark, one of its model files, calls "
+        "torch.ops._C.fused_deepseek_v4_kv_rope_insert (in _insert_context_kv) unconditionally"
+    )
+    assert (
+        "read from its source, it has what vLLM's DSpark speculator uses where the certified "
+        "pick after the Markov term does not reach, and no served family's class has "
+        "(sample_sequential (set in DSparkDeepseekV4ForCausalLM.__init__ to "
+        "FusedMarkovSampler(...) when a condition on 'dspark_fused_markov', 'probabilistic'"
+    ) in v41[5]
+    assert muse[4] == "cannot draft here" and muse[5].startswith(
+        "vLLM builds and loads it on this platform but cannot draft with it (vllm.models."
+        "muse_spark.common.dspark:MuseSparkDSparkModel._build_fused_kv_buffers, which vLLM "
+        "calls after loading, copies attn.qkv_proj.weight into a buffer of its own"
+    )
+    for hook in (
+        "sample_sequential (set in MuseSparkDSparkForCausalLM.__init__ to "
+        "self._sample_sequential_fused when self.model.specialized_decode; asked first: where it "
+        "returns True, it has drafted every position itself, in DSparkSpeculator."
+        "_sample_sequential)",
+        "apply_output_logit_transform (its method MuseSparkDSparkForCausalLM."
+        "apply_output_logit_transform; applied to the head's logits plus the term before the "
+        "pick, in DSparkSpeculator._sample_markov_chain)",
+    ):
+        assert hook in muse[5]
+    # Mistral Large 4's recurrent Markov head still hands its term through markov_bias.
+    assert "it adds a low-rank Markov term" in new["MistralLarge4DSparkModel"][5]

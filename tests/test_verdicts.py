@@ -113,6 +113,11 @@ def verdict(**fields):
     return judge(facts, all_families(), served())
 
 
+# What vLLM 0.34's DSpark speculator does with Muse Spark's transform (as term_facts reads it).
+TRANSFORM = (
+    "apply_output_logit_transform (its method C.apply_output_logit_transform; applied to the "
+    "head's logits plus the term before the pick, in DSparkSpeculator._sample_markov_chain)"
+)
 # One class per kind, as its facts read, and the start of the reason the kind gives.
 KIND_CASES = {
     "raises here": dict(raises="NotImplementedError: not on CPU", compute_logits=False),
@@ -145,6 +150,10 @@ KIND_CASES = {
     "cannot draft here": dict(logits_heads=("lm_head",), lineage=("DFlashQwen3ForCausalLM",),
                               has_own_lm_head="False",
                               draft_error="its hook reads a dropped weight"),
+    "cannot run here": dict(logits_heads=("lm_head",), heads=("lm_head", "model.markov_head.w2"),
+                            kernel_error="its model file calls a kernel absent here"),
+    "own draft steps": dict(logits_heads=("lm_head",), heads=("lm_head", "model.markov_head.w2"),
+                            speculator_hooks=(TRANSFORM,)),
     "not judged": dict(logits_heads=("model.mtp[].head",), heads=("model.mtp[].head",)),
 }  # fmt: skip
 
@@ -244,6 +253,50 @@ def test_a_block_drafter_that_builds_here_but_cannot_draft_says_so_before_the_en
         DFLASH, architecture="DFlashDraftModel", vllm_class=dflash, draft_error="x"
     )
     assert judge(claimed, all_families(), served()).kind == "served"
+
+
+def test_a_dspark_class_with_steps_the_pick_after_the_term_cannot_see_says_which():
+    """Muse Spark's DSpark on vLLM 0.34: the speculator applies its output transform (a
+    multiplier and a tanh soft cap) to the head's logits plus the term before it picks, and
+    its specialized decode drafts in a fused sampler: not the pick qwen3-dspark's is proven."""
+    v = verdict(**KIND_CASES["own draft steps"])
+    assert (v.status, v.kind) == (REFUSED, "own draft steps")
+    assert v.reason == (
+        "has what vLLM's DSpark speculator uses where the certified pick after the Markov term "
+        f"does not reach, and no served family's class has ({TRANSFORM}): vLLM's draft is "
+        "then picked from what it returns, or drafted by it, not from the head's logits plus "
+        "the term that the pick (over the BF16 head plus the term, as qwen3-dspark's is for its "
+        "class) makes exact; serving it needs the pick proven through that too: a family record "
+        "of its own, a tiny checkpoint and an engine test"
+    )
+    # What a served family's class has too is engine-tested there: only the Markov term is left.
+    mine = served()
+    family, theirs = mine["Qwen3DSparkModel"]
+    hooked = dataclasses.replace(theirs, speculator_hooks=(TRANSFORM.replace("C.", "Q."),))
+    mine["Qwen3DSparkModel"] = (family, hooked)
+    facts = ClassFacts("NewDrafterModel", "vllm.m:C", **KIND_CASES["own draft steps"])
+    assert judge(facts, all_families(), mine).kind == "markov term"
+    # What keeps vLLM from drafting with it here comes first, then these steps.
+    drafts = verdict(**KIND_CASES["own draft steps"], draft_error="its hook reads a dropped weight")
+    assert drafts.kind == "cannot draft here"
+    assert drafts.reason.endswith("read from its source, it " + v.reason)
+
+
+def test_a_class_whose_model_file_calls_a_kernel_absent_here_says_so_first():
+    """MiniMax M3's and DeepSeek V4.1's DSpark on vLLM 0.34 here: their model files call CUDA
+    kernels (kernel_facts) this build's kernels do not register; the Markov term follows."""
+    v = verdict(**KIND_CASES["cannot run here"])
+    assert (v.status, v.kind) == (REFUSED, "cannot run here")
+    assert v.reason == (
+        "vLLM cannot run it on this platform: its source calls a compiled operator this build "
+        "lacks (its model file calls a kernel absent here): nothing can be run or proven here; "
+        "read from its source, it " + verdict(**KIND_CASES["markov term"]).reason
+    )
+    # Building comes before running, running before drafting.
+    assert verdict(**KIND_CASES["cannot run here"], build_error="x").kind == "cannot build here"
+    assert verdict(**KIND_CASES["cannot run here"], draft_error="x").kind == "cannot run here"
+    # A judgment that is not a candidate for serving keeps its own reason.
+    assert verdict(**KIND_CASES["embedding head"], kernel_error="x").kind == "embedding head"
 
 
 def test_an_architecture_no_judgment_fits_is_not_judged_yet():

@@ -28,6 +28,12 @@ KINDS: dict[str, tuple[str, str]] = {
         "vLLM cannot build it on this platform ({error}): nothing can be built or proven here; "
         "read from its source, it {inner}",
     ),
+    "cannot run here": (
+        REFUSED,
+        "vLLM cannot run it on this platform: its source calls a compiled operator this "
+        "build lacks ({error}): nothing can be run or proven here; read from its source, it "
+        "{inner}",
+    ),
     "cannot draft here": (
         REFUSED,
         "vLLM builds and loads it on this platform but cannot draft with it ({error}): nothing "
@@ -43,6 +49,15 @@ KINDS: dict[str, tuple[str, str]] = {
         "is not the draft's argmax; serving it needs the exact pick made after that term, as "
         "qwen3-dspark's is for its class: a family record of its own, a tiny checkpoint and an "
         "engine test",
+    ),
+    "own draft steps": (
+        REFUSED,
+        "has what vLLM's DSpark speculator uses where the certified pick after the Markov term "
+        "does not reach, and no served family's class has ({extra}): vLLM's draft is then "
+        "picked from what it returns, or drafted by it, not from the head's logits plus the "
+        "term that the pick (over the BF16 head plus the term, as qwen3-dspark's is for its "
+        "class) makes exact; serving it needs the pick proven through that too: a family record "
+        "of its own, a tiny checkpoint and an engine test",
     ),
     "several heads": (
         REFUSED,

@@ -37,7 +37,7 @@ PLATFORM_ERRORS = ("NotImplementedError", "CUDA", "GPU", "ROCm", "flash_attn", "
 # import it, what it lacks here comes first; where its source says it cannot build or draft
 # here, that comes first of these and of block drafting (which says the same: an engine test).
 _CANDIDATES = ("reads like a family", "same class", "parallel drafting", "not judged")
-_SOURCE_FIRST = (*_CANDIDATES, "block drafting", "markov term")
+_SOURCE_FIRST = (*_CANDIDATES, "block drafting", "markov term", "own draft steps")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class ClassFacts:
     lineage: tuple[str, ...] = ()  # the class and its vLLM bases, by name
     import_error: str | None = None  # why vLLM cannot import its model file here
     build_error: str | None = None  # why, read from its source, vLLM cannot build it here
+    kernel_error: str | None = None  # the compiled operator its model files call, absent here
     draft_error: str | None = None  # why, read from its source, it builds here but cannot draft
     raises: str | None = None  # what its __init__ raises before building anything
     compute_logits: bool = True
@@ -58,6 +59,8 @@ class ClassFacts:
     top_tokens: str | None = None  # get_top_tokens: None, "head" (through it), or what it calls
     candidate_log_probs: str | None = None  # the call that reads its candidates as log-probs
     vocab_terms: tuple[str, ...] = ()  # its own projections onto the vocabulary (Class.attr)
+    # what vLLM's DSpark speculator asks of it where it has it: "name (how; who asks)"
+    speculator_hooks: tuple[str, ...] = ()
     heads: tuple[str, ...] = ()  # where it builds a ParallelLMHead (model.layers[].x.head)
     has_own_lm_head: str = ABSENT  # ABSENT, "True", "False" or PER_CHECKPOINT
     d2t: bool = False  # maps draft token ids to the target's
@@ -168,6 +171,9 @@ def _kind(facts: ClassFacts, served: Mapping[str, tuple[Family, ClassFacts]]) ->
         return "raises here", {"raises": facts.raises}
     if not facts.compute_logits:
         return "no head", {}
+    steps = _own_steps(facts, served)
+    if steps:
+        return "own draft steps", {"extra": "; ".join(steps)}
     extras = extra_heads(facts)
     markov = [h for h in extras if "markov" in h.lower()]
     if markov:
@@ -206,6 +212,13 @@ def _kind(facts: ClassFacts, served: Mapping[str, tuple[Family, ClassFacts]]) ->
     if alike is not None:
         return "reads like a family", {"family": alike.name}
     return "not judged", {"why": _unjudged(facts)}
+
+
+def _own_steps(facts: ClassFacts, served: Mapping[str, tuple[Family, ClassFacts]]) -> list[str]:
+    """What vLLM's DSpark speculator asks of the class that no served family's class has (those
+    the engine tests run through)."""
+    known = {h.partition(" ")[0] for _, theirs in served.values() for h in theirs.speculator_hooks}
+    return [h for h in facts.speculator_hooks if h.partition(" ")[0] not in known]
 
 
 def _block_drafter(facts: ClassFacts) -> str | None:
@@ -285,10 +298,10 @@ def judge(
         kind, status = "cannot import here", REFUSED
         inner = reason.removeprefix("not judged yet: ")
         reason = KINDS[kind][1].format(error=error, inner=inner)
-    elif (facts.build_error or facts.draft_error) and kind in _SOURCE_FIRST:
-        kind = "cannot build here" if facts.build_error else "cannot draft here"
+    elif (source := _source_error(facts)) is not None and kind in _SOURCE_FIRST:
+        kind, found = source
         inner, status = reason.removeprefix("not judged yet: "), REFUSED
-        reason = KINDS[kind][1].format(error=facts.build_error or facts.draft_error, inner=inner)
+        reason = KINDS[kind][1].format(error=found, inner=inner)
     elif error and kind not in ("served", "raises here"):
         reason += f"; vLLM cannot import its model file here ({error}): {_to_import(error)}"
     return Verdict(
@@ -300,6 +313,19 @@ def judge(
         reason=reason,
         family=alike,
     )
+
+
+def _source_error(facts: ClassFacts) -> tuple[str, str] | None:
+    """What, read from its source, keeps vLLM from building, running or drafting with the class
+    here (the first of these), as (kind, error)."""
+    for kind, error in (
+        ("cannot build here", facts.build_error),
+        ("cannot run here", facts.kernel_error),
+        ("cannot draft here", facts.draft_error),
+    ):
+        if error:
+            return kind, error
+    return None
 
 
 def counts(verdicts: Sequence[Verdict]) -> dict[str, Any]:

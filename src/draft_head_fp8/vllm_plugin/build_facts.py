@@ -96,27 +96,30 @@ def build_error(chain: tuple[ClassRef, ...]) -> str | None:
 
 
 def post_load(chain: tuple[ClassRef, ...]) -> Iterator[tuple[ClassRef, ast.FunctionDef]]:
-    """Every method the drafter's post-load hook reaches: what it calls on ``self`` or on a
-    model it built (``self.model.x()``), each resolved along the lineage of the object it is
-    called on (a base's method calling ``self.x()`` reaches the subclass's ``x``)."""
-    todo, seen = [(chain, POST_LOAD)], set()
+    """Every method the drafter's post-load hook reaches: what it calls on ``self``, on
+    ``super()`` or on a model it built (``self.model.x()``), each resolved along the lineage of
+    the object it is called on (a base's method calling ``self.x()`` reaches the subclass's
+    ``x``; ``super().x()`` the first base after the caller's class that defines it)."""
+    todo, seen = [(chain, POST_LOAD, 0)], set()
     while todo:
-        links, name = todo.pop()
-        found = class_source.method(links, name)
-        if found is None or (links[0].qualified, name) in seen:
+        links, name, start = todo.pop()
+        found = class_source.method(links[start:], name)
+        if found is None or (links[0].qualified, name, start) in seen:
             continue
-        seen.add((links[0].qualified, name))
+        seen.add((links[0].qualified, name, start))
         yield found
         for node in ast.walk(found[1]):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
             owner = node.func.value
             if isinstance(owner, ast.Name) and owner.id == "self":
-                todo.append((links, node.func.attr))
+                todo.append((links, node.func.attr, 0))
+            elif isinstance(owner, ast.Call) and class_source.name_of(owner.func) == "super":
+                todo.append((links, node.func.attr, links.index(found[0]) + 1))
             elif isinstance(owner, ast.Attribute) and class_source.name_of(owner.value) == "self":
                 cls = class_source.attribute_class(links, owner.attr)
                 if cls is not None:
-                    todo.append((class_source.lineage(cls), node.func.attr))
+                    todo.append((class_source.lineage(cls), node.func.attr, 0))
 
 
 def linear_weight_read(function: ast.FunctionDef) -> str | None:

@@ -12,7 +12,13 @@ import ast
 from collections.abc import Iterator
 
 from draft_head_fp8.verdicts import ClassFacts
-from draft_head_fp8.vllm_plugin import after_head_facts, build_facts, class_source
+from draft_head_fp8.vllm_plugin import (
+    after_head_facts,
+    build_facts,
+    class_source,
+    kernel_facts,
+    term_facts,
+)
 from draft_head_fp8.vllm_plugin.class_source import ClassRef
 
 HEAD_CLASS = "ParallelLMHead"
@@ -364,6 +370,7 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         lineage=tuple(r.name for r in chain),
         raises=raises(chain),
         build_error=build_facts.build_error(chain),
+        kernel_error=kernel_facts.kernel_error(chain),
         draft_error=build_facts.draft_error(chain),
         compute_logits=defined,
         logits_heads=heads_read,
@@ -371,6 +378,7 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         top_tokens=top_tokens(chain),
         candidate_log_probs=after_head_facts.candidate_log_probs(chain),
         vocab_terms=tuple(sorted(set(after_head_facts.vocab_terms(chain)))),
+        speculator_hooks=tuple(term_facts.hooks(chain)),
         heads=tuple(heads(chain)),
         has_own_lm_head=own_head(chain),
         d2t=maps_draft_ids(chain),

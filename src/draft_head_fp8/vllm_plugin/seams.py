@@ -144,6 +144,9 @@ SEAMS = (
          "exit after its SIGTERM before it kills the process tree (shutdown_grace: the "
          "end-of-serving record is written then)",
          _same("vllm.v1.engine.utils:get_engine_process_shutdown_timeout")),
+    Seam("kernel_ops", "torch's operator namespaces once vLLM's custom ops are imported (which "
+         "loads this build's compiled kernels): a drafter's model file that calls an operator "
+         "not there cannot run here", _same("vllm._custom_ops:torch.ops")),
 )  # fmt: skip
 
 BY_NAME = {seam.name: seam for seam in SEAMS}
@@ -246,6 +249,10 @@ TERM_PICK_METHODS = (
     WrappedMethod("map_draft_to_target", MODEL, "hand vLLM the certified pick after the term "
                   "instead of the FP8 argmax", _DSPARK),
 )  # fmt: skip
+
+# vLLM's DSpark speculator, whose source says what else it asks of a drafter, where the drafter
+# has it (``hasattr``/``getattr`` on its model): read with ``ast`` (``term_facts``), not imported.
+DSPARK_SPECULATOR = _same("vllm.v1.worker.gpu.spec_decode.dspark.speculator:DSparkSpeculator")
 
 
 class SeamMissing(AttributeError):
