@@ -23,6 +23,10 @@ def main(architectures: list[str]) -> int:
 
     from draft_head_fp8.vllm_plugin import register
 
+    # A record's architecture this release does not know (0.34's DFlash2RicursiveDraftModel on
+    # 0.32) is not this release's to inspect: the plugin registers none of those either.
+    known = ModelRegistry.get_supported_archs()
+    architectures = [a for a in architectures if a in known]
     missing = [a for a in architectures if ModelRegistry._try_inspect_model_cls(a) is None]
     register()  # the flag is set: now the same names resolve to this package's classes
     missing += [a for a in architectures if ModelRegistry._try_inspect_model_cls(a) is None]
