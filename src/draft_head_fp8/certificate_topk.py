@@ -26,6 +26,7 @@ in (a rounding may merge two values, and the tie rule then decides).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -112,14 +113,26 @@ def _reach(upper, extra, dtype, term) -> torch.Tensor:
     return head + term if term is not None else head
 
 
+def _fit(logits: torch.Tensor, width: int) -> torch.Tensor:
+    """``[tokens, width]``: a head's logits cut to, or padded with ``-inf`` to, the partition."""
+    flat = logits.reshape(-1, logits.shape[-1])[:, :width]
+    return torch.nn.functional.pad(flat, (0, width - flat.shape[-1]), value=float("-inf"))
+
+
 @torch.no_grad()
 def _stage_c(
     rows: torch.Tensor, x: torch.Tensor, blocked: torch.Tensor, term: torch.Tensor | None,
     rest: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, top: int,
+    own: Callable[[], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, ...]:  # fmt: skip
-    """The rows no stage proved, answered from every row of the head, exactly (host sync)."""
+    """The rows no stage proved, answered from every row of the head, exactly (host sync):
+    ``every_row``'s sums, or ``own``, the call's logits as the head's own BF16 path gives them."""
     left = rest.nonzero().squeeze(-1)
-    whole = every_row(rows, x[left], blocked, rows.dtype)
+    if own is None:
+        whole = every_row(rows, x[left], blocked, rows.dtype)
+    else:
+        whole = _fit(own(), blocked.numel())[left].to(rows.dtype)
+        whole = whole.masked_fill(blocked, float("-inf"))
     if term is not None:
         whole = whole + term[left]
     every = torch.arange(whole.shape[-1], device=whole.device).expand(left.numel(), -1)
@@ -144,16 +157,17 @@ def certified_top_k(
     host_sync: bool = True,
     totals: torch.Tensor | None = None,
     distinct: bool | str = False,
+    own: Callable[[], torch.Tensor] | None = None,
 ) -> CertifiedTopK:
     """The ``top`` best reference values of every draft row (head + ``term`` when given), in the
     reference's order, proven per row; ``top = 1`` is the greedy draft (the first maximum).
     ``logits``: the FP8 head's ``[..., partition]`` (not modified); ``rows``: the BF16 rows;
     ``term``: ``[..., partition]``, added as vLLM adds it; ``k >= top`` FP8 candidates at stage
     a, ``wide_k`` more at stage b; ``terms``: the bound's of the whole head call (default: x's).
-    ``host_sync=False``: nothing read from the device, no stage c, a row left by stage b served
-    from its candidates, ``uncertified``. Padding and ``suppressed`` are never picked.
-    ``distinct``: rows whose ``top`` best tie (``"last"``: whose last two) go to stage c too,
-    whose whole rows are returned."""
+    ``host_sync=False``: no device read, no stage c, a row left by stage b served from its
+    candidates, ``uncertified``. Padding and ``suppressed`` are never picked. ``distinct``: rows
+    whose ``top`` best tie (``"last"``: last two) go to stage c too, whose whole rows are
+    returned, ``own()``'s (the call's logits by the head's own BF16 path) if given."""
     if not 1 <= top <= min(k, valid_rows):
         raise ValueError(f"need 1 <= top <= k and top <= valid_rows, got {top}, {k}, {valid_rows}")
     flat, x = logits.reshape(-1, logits.shape[-1]), hidden.reshape(-1, hidden.shape[-1])
@@ -177,13 +191,12 @@ def certified_top_k(
         widest = reach.topk(wide, dim=-1).indices  # stage a's candidates are -inf in reach
         served, certified = _stage(rows, x, reach, blocked, term, widest, a, top)
         b_certified = certified & ~a_certified
-    if distinct:  # a proven top whose values tie is one torch.topk may choose its own way
-        untied = _untied(served.values, distinct)
-        a_certified, b_certified = a_certified & untied, b_certified & untied
+    untied = _untied(served.values, distinct)  # a tie torch.topk may settle its own way
+    a_certified, b_certified = a_certified & untied, b_certified & untied
     rest = ~(a_certified | b_certified)
     found = (served.indices, served.values, None, None)
     if host_sync and bool(rest.any()):
-        found = _stage_c(rows, x, blocked, term, rest, served.indices, served.values, top)
+        found = _stage_c(rows, x, blocked, term, rest, served.indices, served.values, top, own)
     indices, values, whole_at, whole = found
     counts = _counts(a_certified, b_certified, rest, host_sync, totals)
     shape = (*logits.shape[:-1], top)
@@ -191,7 +204,10 @@ def certified_top_k(
 
 
 def _untied(values: torch.Tensor, distinct: bool | str) -> torch.Tensor:
-    """Rows whose ranked values are all distinct (``"last"``: whose last two are)."""
+    """Rows whose ranked values are all distinct (``"last"``: whose last two are); every row
+    where ties do not matter (``distinct`` False)."""
+    if not distinct:
+        return torch.ones(values.shape[0], dtype=torch.bool, device=values.device)
     if distinct == "last":
         return values[:, -2] > values[:, -1]
     return (values[:, :-1] > values[:, 1:]).all(-1)

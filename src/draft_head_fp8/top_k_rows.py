@@ -55,7 +55,7 @@ def top_k_rows(
         scan, hidden, method.rescore_rows, top=upto, k=max(upto, method.rescore_k),
         wide_k=max(wide_k, upto), valid_rows=method.real_rows, bound=method.bound,
         suppressed=method.suppressed, terms=terms, host_sync=not capturing,
-        totals=method.pick_counts, distinct="last" if set_only else True,
+        totals=method.pick_counts, distinct="last" if set_only else True, own=whole,
     )  # fmt: skip
     width = logits.shape[-1]
     served = torch.full_like(logits, float("-inf")).view(-1, width)
@@ -63,6 +63,5 @@ def top_k_rows(
     values = best.values.reshape(-1, upto)[:, :top].to(logits.dtype)
     served.scatter_(-1, indices, values)
     if best.whole_at is not None:  # the tied rows, and any no bound proved: whole and exact
-        rows = best.whole if whole is None else whole().reshape(-1, width)[best.whole_at]
-        served[best.whole_at] = rows[:, :width].to(logits.dtype)
+        served[best.whole_at] = best.whole[:, :width].to(logits.dtype)
     return served.view_as(logits)

@@ -33,7 +33,7 @@ from typing import Any
 
 from draft_head_fp8.families.family import DRAFT, Family, config_value, top_value
 from draft_head_fp8.families.qwen3_dspark import TERM_TENSOR
-from draft_head_fp8.families.target_head import TARGET_HEAD, policy_inputs
+from draft_head_fp8.families.target_head import TARGET_HEAD, own_head_refusal, policy_inputs
 
 VLLM_CLASS = "vllm.model_executor.models.qwen3_dflash:DFlashQwen3ForCausalLM"
 ARCHITECTURES = (
@@ -44,12 +44,9 @@ ARCHITECTURES = (
 
 
 def refusal(config: Any) -> str | None:
-    if top_value(config, "has_own_lm_head"):
-        return (
-            "a DFlash draft whose config says has_own_lm_head keeps a head of its own, which "
-            "vLLM never shares with the target's: this family serves the target's head, shared; "
-            "serve it with the flag unset"
-        )
+    own = own_head_refusal(config, "DFlash")
+    if own:
+        return own
     scale = top_value(config, "logit_scale", 1.0)
     if float(scale) != 1.0:
         return (

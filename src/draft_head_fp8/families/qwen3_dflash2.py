@@ -34,8 +34,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from draft_head_fp8.families.family import DRAFT, Family, config_value, top_value
-from draft_head_fp8.families.target_head import TARGET_HEAD, policy_inputs
+from draft_head_fp8.families.family import DRAFT, Family, config_value
+from draft_head_fp8.families.target_head import TARGET_HEAD, own_head_refusal, policy_inputs
 
 MODELS = "vllm.model_executor.models"
 DRAFTERS = {
@@ -58,12 +58,9 @@ def top_k(config: Any) -> int | None:
 
 
 def refusal(config: Any) -> str | None:
-    if top_value(config, "has_own_lm_head"):
-        return (
-            "a DFlash2 draft whose config says has_own_lm_head keeps a head of its own, which "
-            "vLLM never shares with the target's: this family serves the target's head, shared; "
-            "serve it with the flag unset"
-        )
+    own = own_head_refusal(config, "DFlash2")
+    if own:
+        return own
     top = top_k(config)
     if top is None or top < 1:
         return (

@@ -36,6 +36,18 @@ def policy_inputs(config: Any) -> dict[str, Any]:
     }
 
 
+def own_head_refusal(config: Any, drafter: str) -> str | None:
+    """The refusal of a block drafter's config that says it keeps a head of its own (vLLM's
+    ``has_own_lm_head``): a family reading the target's head serves none."""
+    if not top_value(config, "has_own_lm_head"):
+        return None
+    return (
+        f"a {drafter} draft whose config says has_own_lm_head keeps a head of its own, which "
+        "vLLM never shares with the target's: this family serves the target's head, shared; "
+        "serve it with the flag unset"
+    )
+
+
 def without_mtp_layers(config: Any) -> str | None:
     """The refusal of an MTP family's checkpoint that has no MTP layers to draft with."""
     if not top_value(config, "num_nextn_predict_layers", 0):
