@@ -185,7 +185,12 @@ class DraftHeadFp8Drafter:
             type(method).__name__,
             type(method.fp8_linear).__name__,
             method.weight_layout,
-            guarantee(method.rescore_k, plan.draft_sample_method, method.certified),
+            guarantee(
+                method.rescore_k,
+                plan.draft_sample_method,
+                method.certified,
+                getattr(method, "top_k", None),
+            ),
         )
         announce_choices(method, plan)
 
