@@ -16,6 +16,7 @@ from draft_head_fp8.vllm_plugin import (
     after_head_facts,
     build_facts,
     class_source,
+    config_facts,
     kernel_facts,
     term_facts,
 )
@@ -369,6 +370,7 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         vllm_class=ref.qualified,
         lineage=tuple(r.name for r in chain),
         raises=raises(chain),
+        config_error=config_facts.config_error(architecture),
         build_error=build_facts.build_error(chain),
         kernel_error=kernel_facts.kernel_error(chain),
         draft_error=build_facts.draft_error(chain),
