@@ -166,3 +166,13 @@ def test_intern_s2_mobius_mtp_needs_its_checkpoints_config_code_on_both_releases
         assert row[3:5] == ["refused", "needs remote code"], release
         assert "of model type intern_s2_preview or interns2_mobius" in row[5]
         assert "reads its head like ernie45-mtp" in row[5]
+
+
+def test_openpangus_mtp_class_fails_in_vllm_on_both_releases(fresh):
+    """Its MTP layer keeps DeepSeek's forward, which reads mtp_block.use_sequence_parallel_moe,
+    and builds OpenPangu's decoder layer, which never sets it (attribute_facts)."""
+    for release in drafter_tables.RELEASES:
+        row = rows(fresh(release))["OpenPanguMTPModel"]
+        assert row[3:5] == ["refused", "fails in vLLM"], release
+        assert "reads self.mtp_block.use_sequence_parallel_moe" in row[5]
+        assert "reads its head like deepseek-v3-mtp" in row[5]

@@ -54,7 +54,8 @@ NAMED = {
     "ExtractHiddenStatesModel": ("no head", None),
     "DSparkDraftModel": ("raises here", None),  # DeepSeek-V4's CPU class raises when built
     "Dots3NoteMTPModel": ("cannot import here", "deepseek-v3-mtp"),  # imports CUDA-only flash-attn
-    "OpenPanguMTPModel": ("reads like a family", "deepseek-v3-mtp"),  # no config in transformers
+    # Its MTP layer's forward (DeepSeek's) reads what its decoder layer never sets.
+    "OpenPanguMTPModel": ("fails in vLLM", "deepseek-v3-mtp"),
     # Its MLA splits kv_b_proj's weight after vLLM's CPU linear method dropped it (fails at load).
     "KimiK3MTPModel": ("cannot build here", "deepseek-v3-mtp"),
     "EagleCohereForCausalLM": ("embedding head", None),
@@ -132,6 +133,37 @@ def test_a_drafter_vllm_names_only_for_model_types_no_class_reads_needs_remote_c
 
     assert "interns2_mobius" in config_facts.model_types_reaching("Qwen3_5MoeMTP")
     assert all(config_facts.config_error(a) is None for a in SERVED_BY if a in verdicts)
+
+
+def test_a_drafter_whose_forward_reads_what_a_module_it_builds_never_sets_fails_in_vllm(registry):
+    """OpenPangu's MTP layer replaces DeepSeek's __init__ (nn.Module.__init__, then its own
+    decoder layer as mtp_block) and keeps DeepSeek's forward, which reads
+    mtp_block.use_sequence_parallel_moe: set by DeepSeek's decoder layer, never by OpenPangu's
+    (issue 43: vLLM 0.34 fails at the first draft step, flag off). DeepSeek's own MTP class,
+    whose decoder layer sets it, and every served class, read nothing of the kind."""
+    from draft_head_fp8.vllm_plugin import attribute_facts, class_source
+
+    _, verdicts = registry
+    assert verdicts["OpenPanguMTPModel"].reason.startswith(
+        "vLLM's own code fails when it drafts with it, on any platform (vllm.model_executor."
+        "models.deepseek_mtp:DeepSeekMultiTokenPredictorLayer.forward, which vllm."
+        "model_executor.models.openpangu_mtp:OpenPanguMultiTokenPredictorLayer runs, reads "
+        "self.mtp_block.use_sequence_parallel_moe, and vllm.model_executor.models.openpangu:"
+        "OpenPanguDecoderLayer, which it builds as mtp_block, never sets "
+        "use_sequence_parallel_moe"
+    )
+    pangu = class_source.find_class("vllm.model_executor.models.openpangu", "OpenPanguDecoderLayer")
+    deepseek = class_source.find_class(
+        "vllm.model_executor.models.deepseek_v2", "DeepseekV2DecoderLayer"
+    )
+    assert attribute_facts.never_sets(pangu, "use_sequence_parallel_moe")
+    assert not attribute_facts.never_sets(deepseek, "use_sequence_parallel_moe")
+    assert not attribute_facts.never_sets(pangu, "mlp")  # what it does set
+    assert not attribute_facts.never_sets(pangu, "training")  # torch's module has it
+    for architecture, v in verdicts.items():
+        if v.status == SERVED or architecture == "DeepSeekMTPModel":
+            ref = class_source.find_class(*v.vllm_class.split(":"))
+            assert attribute_facts.attribute_error(class_source.lineage(ref)) is None
 
 
 def test_every_dspark_class_is_served_picking_after_its_term_or_says_why_not(registry):
