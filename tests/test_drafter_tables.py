@@ -155,3 +155,24 @@ def test_the_last_dspark_classes_on_034_say_what_keeps_each_from_being_served_he
         assert hook in muse[5]
     # Mistral Large 4's recurrent Markov head still hands its term through markov_bias.
     assert "it adds a low-rank Markov term" in new["MistralLarge4DSparkModel"][5]
+
+
+def test_intern_s2_mobius_mtp_needs_its_checkpoints_config_code_on_both_releases(fresh):
+    """vLLM 0.34 and 0.32 name InternS2MobiusMTP for a draft config only from a config of type
+    intern_s2_preview or interns2_mobius, which no config class here reads (config_facts): a
+    config of a type one reads is drafted by Qwen3.5's MoE class (test_registry_verdicts.py)."""
+    for release in drafter_tables.RELEASES:
+        row = rows(fresh(release))["InternS2MobiusMTP"]
+        assert row[3:5] == ["refused", "needs remote code"], release
+        assert "of model type intern_s2_preview or interns2_mobius" in row[5]
+        assert "reads its head like ernie45-mtp" in row[5]
+
+
+def test_openpangus_mtp_class_fails_in_vllm_on_both_releases(fresh):
+    """Its MTP layer keeps DeepSeek's forward, which reads mtp_block.use_sequence_parallel_moe,
+    and builds OpenPangu's decoder layer, which never sets it (attribute_facts)."""
+    for release in drafter_tables.RELEASES:
+        row = rows(fresh(release))["OpenPanguMTPModel"]
+        assert row[3:5] == ["refused", "fails in vLLM"], release
+        assert "reads self.mtp_block.use_sequence_parallel_moe" in row[5]
+        assert "reads its head like deepseek-v3-mtp" in row[5]

@@ -54,7 +54,8 @@ NAMED = {
     "ExtractHiddenStatesModel": ("no head", None),
     "DSparkDraftModel": ("raises here", None),  # DeepSeek-V4's CPU class raises when built
     "Dots3NoteMTPModel": ("cannot import here", "deepseek-v3-mtp"),  # imports CUDA-only flash-attn
-    "OpenPanguMTPModel": ("reads like a family", "deepseek-v3-mtp"),  # no config in transformers
+    # Its MTP layer's forward (DeepSeek's) reads what its decoder layer never sets.
+    "OpenPanguMTPModel": ("fails in vLLM", "deepseek-v3-mtp"),
     # Its MLA splits kv_b_proj's weight after vLLM's CPU linear method dropped it (fails at load).
     "KimiK3MTPModel": ("cannot build here", "deepseek-v3-mtp"),
     "EagleCohereForCausalLM": ("embedding head", None),
@@ -62,6 +63,8 @@ NAMED = {
     "Step3p5MTP": ("own heads per layer", None),
     # Its candidates are the head's top-k less the whole row's logsumexp.
     "LiLiCorrDraftModel": ("log-probability candidates", None),
+    # vLLM names it only for model types whose config class is the checkpoint's own code.
+    "InternS2MobiusMTP": ("needs remote code", "ernie45-mtp"),
 }
 
 
@@ -93,6 +96,74 @@ def test_a_class_whose_attention_reads_a_weight_vllms_cpu_gemm_dropped_cannot_bu
     # The MLA drafters whose attention is vLLM's own MLAAttention (which keeps it) build here.
     for architecture in ("DeepSeekMTPModel", "Glm4MoeLiteMTPModel", "HYV4MTPModel"):
         assert verdicts[architecture].kind != "cannot build here"
+
+
+def test_a_drafter_vllm_names_only_for_model_types_no_class_reads_needs_remote_code(registry):
+    """Intern-S2-Mobius's MTP class: vLLM's draft-config rewrite names it only for a config of
+    type intern_s2_preview or interns2_mobius, which neither transformers nor vLLM reads; a
+    config of a type transformers reads (qwen3_5_moe, Mobius's text keys kept as extra keys),
+    naming Mobius's target, is rewritten to Qwen3.5's MoE MTP class, never to Mobius's."""
+    from transformers import AutoConfig, Qwen3_5MoeConfig
+    from vllm.config.speculative import SpeculativeConfig
+
+    _, verdicts = registry
+    reason = verdicts["InternS2MobiusMTP"].reason
+    assert reason.startswith(
+        "vLLM drafts with it only from a config no class here reads (vLLM's SpeculativeConfig."
+        "hf_config_override names it for a draft config only from a checkpoint config of model "
+        "type intern_s2_preview or interns2_mobius, and neither transformers nor vLLM has a "
+        "config class for any of them"
+    )
+    assert "reads its head like ernie45-mtp" in reason
+    text = dict(
+        layer_types=["linear_attention", "full_attention"], num_hidden_layers=2, num_blocks=1,
+        mtp_num_hidden_layers=1, mtp_num_experts=4, mtp_num_experts_per_tok=2,
+    )  # fmt: skip
+    config = Qwen3_5MoeConfig(text_config=text)
+    config.architectures = ["InternS2MobiusForConditionalGeneration"]
+    draft = SpeculativeConfig.hf_config_override(config)
+    assert draft.architectures == ["Qwen3_5MoeMTP"]
+    assert draft.get_text_config().num_blocks == 1  # Mobius's keys kept, not read as Mobius
+    for model_type in ("interns2_mobius", "intern_s2_preview"):
+        with pytest.raises(ValueError, match="Unrecognized model identifier"):
+            AutoConfig.for_model(model_type)
+    # Every served MTP class is named for a type a class reads (Qwen3.5's MoE class for
+    # qwen3_5_moe as well as for Mobius's types).
+    from draft_head_fp8.vllm_plugin import config_facts
+
+    assert "interns2_mobius" in config_facts.model_types_reaching("Qwen3_5MoeMTP")
+    assert all(config_facts.config_error(a) is None for a in SERVED_BY if a in verdicts)
+
+
+def test_a_drafter_whose_forward_reads_what_a_module_it_builds_never_sets_fails_in_vllm(registry):
+    """OpenPangu's MTP layer replaces DeepSeek's __init__ (nn.Module.__init__, then its own
+    decoder layer as mtp_block) and keeps DeepSeek's forward, which reads
+    mtp_block.use_sequence_parallel_moe: set by DeepSeek's decoder layer, never by OpenPangu's
+    (issue 43: vLLM 0.34 fails at the first draft step, flag off). DeepSeek's own MTP class,
+    whose decoder layer sets it, and every served class, read nothing of the kind."""
+    from draft_head_fp8.vllm_plugin import attribute_facts, class_source
+
+    _, verdicts = registry
+    assert verdicts["OpenPanguMTPModel"].reason.startswith(
+        "vLLM's own code fails when it drafts with it, on any platform (vllm.model_executor."
+        "models.deepseek_mtp:DeepSeekMultiTokenPredictorLayer.forward, which vllm."
+        "model_executor.models.openpangu_mtp:OpenPanguMultiTokenPredictorLayer runs, reads "
+        "self.mtp_block.use_sequence_parallel_moe, and vllm.model_executor.models.openpangu:"
+        "OpenPanguDecoderLayer, which it builds as mtp_block, never sets "
+        "use_sequence_parallel_moe"
+    )
+    pangu = class_source.find_class("vllm.model_executor.models.openpangu", "OpenPanguDecoderLayer")
+    deepseek = class_source.find_class(
+        "vllm.model_executor.models.deepseek_v2", "DeepseekV2DecoderLayer"
+    )
+    assert attribute_facts.never_sets(pangu, "use_sequence_parallel_moe")
+    assert not attribute_facts.never_sets(deepseek, "use_sequence_parallel_moe")
+    assert not attribute_facts.never_sets(pangu, "mlp")  # what it does set
+    assert not attribute_facts.never_sets(pangu, "training")  # torch's module has it
+    for architecture, v in verdicts.items():
+        if v.status == SERVED or architecture == "DeepSeekMTPModel":
+            ref = class_source.find_class(*v.vllm_class.split(":"))
+            assert attribute_facts.attribute_error(class_source.lineage(ref)) is None
 
 
 def test_every_dspark_class_is_served_picking_after_its_term_or_says_why_not(registry):

@@ -14,8 +14,10 @@ from collections.abc import Iterator
 from draft_head_fp8.verdicts import ClassFacts
 from draft_head_fp8.vllm_plugin import (
     after_head_facts,
+    attribute_facts,
     build_facts,
     class_source,
+    config_facts,
     kernel_facts,
     term_facts,
 )
@@ -369,6 +371,8 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         vllm_class=ref.qualified,
         lineage=tuple(r.name for r in chain),
         raises=raises(chain),
+        config_error=config_facts.config_error(architecture),
+        attribute_error=attribute_facts.attribute_error(chain),
         build_error=build_facts.build_error(chain),
         kernel_error=kernel_facts.kernel_error(chain),
         draft_error=build_facts.draft_error(chain),
