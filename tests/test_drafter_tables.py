@@ -176,3 +176,14 @@ def test_openpangus_mtp_class_fails_in_vllm_on_both_releases(fresh):
         assert row[3:5] == ["refused", "fails in vLLM"], release
         assert "reads self.mtp_block.use_sequence_parallel_moe" in row[5]
         assert "reads its head like deepseek-v3-mtp" in row[5]
+
+
+def test_glm5_next_mtp_cannot_build_on_a_cpu_on_both_releases(fresh):
+    """Its MTP layer asserts index_topk is set as it builds, and its MLA is then sparse, which
+    vLLM's CPU platform refuses (sparse_facts): no config of it builds here, a dense one neither."""
+    for release in drafter_tables.RELEASES:
+        row = rows(fresh(release))["Glm5NextMTPModel"]
+        assert row[3:5] == ["refused", "cannot build here"], release
+        assert "which asserts config.index_topk is not None" in row[5]
+        assert "get_attn_backend_cls raises for use_sparse" in row[5]
+        assert "reads its head like glm-ocr-mtp" in row[5]

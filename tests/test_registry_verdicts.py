@@ -58,6 +58,8 @@ NAMED = {
     "OpenPanguMTPModel": ("fails in vLLM", "deepseek-v3-mtp"),
     # Its MLA splits kv_b_proj's weight after vLLM's CPU linear method dropped it (fails at load).
     "KimiK3MTPModel": ("cannot build here", "deepseek-v3-mtp"),
+    # Its MTP layer needs index_topk, which makes its attention sparse, which a CPU refuses.
+    "Glm5NextMTPModel": ("cannot build here", "glm-ocr-mtp"),
     "EagleCohereForCausalLM": ("embedding head", None),
     "InklingMTPModel": ("logits changed", None),  # its own GEMM over lm_head.weight
     "Step3p5MTP": ("own heads per layer", None),
@@ -96,6 +98,39 @@ def test_a_class_whose_attention_reads_a_weight_vllms_cpu_gemm_dropped_cannot_bu
     # The MLA drafters whose attention is vLLM's own MLAAttention (which keeps it) build here.
     for architecture in ("DeepSeekMTPModel", "Glm4MoeLiteMTPModel", "HYV4MTPModel"):
         assert verdicts[architecture].kind != "cannot build here"
+
+
+def test_a_drafter_that_needs_sparse_attention_cannot_build_on_a_cpu(registry):
+    """GLM-5 Next's MTP layer asserts config.index_topk is not None as it builds (a dense
+    config, which its target could run with here, fails to build it), and its MLA is sparse
+    whenever index_topk is set, which vLLM's CPU platform refuses. Read from the source; no
+    served class, nor DeepSeek's MTP class (its V3.2 top-k buffer is built under an if), needs
+    it."""
+    from draft_head_fp8.vllm_plugin import class_source, sparse_facts
+
+    _, verdicts = registry
+    reason = verdicts["Glm5NextMTPModel"].reason
+    assert reason.startswith(
+        "vLLM cannot build it on this platform (vllm.models.glm5next.common.mtp:"
+        "Glm5NextMultiTokenPredictorLayer.__init__"
+    )
+    assert "which asserts config.index_topk is not None, so a config without it fails" in reason
+    assert "(vllm.models.glm5next.common.attention:Glm5NextMLAAttention: is_sparse=" in reason
+    assert "attention selector refuses (get_attn_backend_cls raises for use_sparse)" in reason
+    assert sparse_facts._refuses_sparse()
+    layer = class_source.find_class(
+        "vllm.models.glm5next.common.mtp", "Glm5NextMultiTokenPredictorLayer"
+    )
+    assert sparse_facts.needs_mark(layer) is not None
+    # DeepSeek V2's MLA is sparse only for a V3.2 config and builds without index_topk.
+    deepseek = class_source.find_class(
+        "vllm.model_executor.models.deepseek_v2", "DeepseekV2MLAAttention"
+    )
+    assert sparse_facts.needs_mark(deepseek) is None
+    for architecture, v in verdicts.items():
+        if v.status == SERVED or architecture == "DeepSeekMTPModel":
+            ref = class_source.find_class(*v.vllm_class.split(":"))
+            assert sparse_facts.sparse_error(class_source.lineage(ref)) is None
 
 
 def test_a_drafter_vllm_names_only_for_model_types_no_class_reads_needs_remote_code(registry):
