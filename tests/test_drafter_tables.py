@@ -187,3 +187,14 @@ def test_glm5_next_mtp_cannot_build_on_a_cpu_on_both_releases(fresh):
         assert "which asserts config.index_topk is not None" in row[5]
         assert "get_attn_backend_cls raises for use_sparse" in row[5]
         assert "reads its head like glm-ocr-mtp" in row[5]
+
+
+def test_longcat_flash_mtp_cannot_run_on_a_cpu_on_both_releases(fresh):
+    """Its target routes every MoE layer through zero experts, and vLLM's zero-expert router
+    calls torch.ops._moe_C.topk_softmax, which neither CPU build registers (target_facts)."""
+    for release in drafter_tables.RELEASES:
+        row = rows(fresh(release))["LongCatFlashMTPModel"]
+        assert row[3:5] == ["refused", "cannot run here"], release
+        assert "routes its experts through zero experts" in row[5]
+        assert "calls torch.ops._moe_C.topk_softmax" in row[5]
+        assert "reads its head like ernie45-mtp" in row[5]

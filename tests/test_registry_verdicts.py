@@ -60,6 +60,8 @@ NAMED = {
     "KimiK3MTPModel": ("cannot build here", "deepseek-v3-mtp"),
     # Its MTP layer needs index_topk, which makes its attention sparse, which a CPU refuses.
     "Glm5NextMTPModel": ("cannot build here", "glm-ocr-mtp"),
+    # Its target routes every MoE layer through zero experts, whose router calls a CUDA kernel.
+    "LongCatFlashMTPModel": ("cannot run here", "ernie45-mtp"),
     "EagleCohereForCausalLM": ("embedding head", None),
     "InklingMTPModel": ("logits changed", None),  # its own GEMM over lm_head.weight
     "Step3p5MTP": ("own heads per layer", None),
@@ -131,6 +133,35 @@ def test_a_drafter_that_needs_sparse_attention_cannot_build_on_a_cpu(registry):
         if v.status == SERVED or architecture == "DeepSeekMTPModel":
             ref = class_source.find_class(*v.vllm_class.split(":"))
             assert sparse_facts.sparse_error(class_source.lineage(ref)) is None
+
+
+def test_an_mtp_drafter_whose_target_routes_through_a_kernel_the_build_lacks_cannot_run(registry):
+    """LongCat Flash's MTP layer is plain (a dense DeepSeek decoder layer), but it drafts beside
+    its target, whose every MoE layer asserts zero experts and hands them to vLLM's MoE factory;
+    vLLM's router factory picks its zero-expert router before its CPU router, and that router's
+    softmax branch calls torch.ops._moe_C.topk_softmax, which this CPU build lacks. Read from the
+    source; a served class's target says nothing of the kind."""
+    from draft_head_fp8.vllm_plugin import class_source, target_facts
+
+    _, verdicts = registry
+    assert verdicts["LongCatFlashMTPModel"].reason.startswith(
+        "vLLM cannot run it on this platform: its source calls a compiled operator this build "
+        "lacks (its target's model file, vllm.model_executor.models.longcat_flash, builds "
+        "vllm.model_executor.models.longcat_flash:LongcatMoe, which always routes its experts "
+        "through zero experts (zero_expert_type asserted set), and vLLM's router factory picks "
+        "its ZeroExpertRouter for them before its CPU router; for the target's scoring function "
+        "(softmax) that router calls torch.ops._moe_C.topk_softmax, which this vLLM build's "
+        "compiled kernels do not register"
+    )
+    assert target_facts.registered("_moe_C", "topk_softmax") is False
+    assert target_facts.routing_ops("ZeroExpertRouter", "sigmoid") == [("_moe_C", "topk_sigmoid")]
+    assert target_facts.routing_ops("ZeroExpertRouter", "no such scoring") == []
+    # DeepSeek V2's MoE has no zero experts (its router is the CPU one here).
+    assert target_facts.zero_expert_moe("vllm.model_executor.models.deepseek_v2") is None
+    for v in verdicts.values():
+        if v.status == SERVED:
+            ref = class_source.find_class(*v.vllm_class.split(":"))
+            assert target_facts.target_kernel_error(class_source.lineage(ref)) is None
 
 
 def test_a_drafter_vllm_names_only_for_model_types_no_class_reads_needs_remote_code(registry):

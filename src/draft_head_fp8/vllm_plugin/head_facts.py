@@ -20,6 +20,7 @@ from draft_head_fp8.vllm_plugin import (
     config_facts,
     kernel_facts,
     sparse_facts,
+    target_facts,
     term_facts,
 )
 from draft_head_fp8.vllm_plugin.class_source import ClassRef
@@ -375,7 +376,7 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         config_error=config_facts.config_error(architecture),
         attribute_error=attribute_facts.attribute_error(chain),
         build_error=build_facts.build_error(chain) or sparse_facts.sparse_error(chain),
-        kernel_error=kernel_facts.kernel_error(chain),
+        kernel_error=kernel_facts.kernel_error(chain) or target_facts.target_kernel_error(chain),
         draft_error=build_facts.draft_error(chain),
         compute_logits=defined,
         logits_heads=heads_read,

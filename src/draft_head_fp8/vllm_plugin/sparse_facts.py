@@ -48,7 +48,7 @@ def _is_set(node: ast.AST, names: frozenset[str] = frozenset()) -> bool:
     )
 
 
-def _function(module_name: str, name: str, depth: int = 0) -> ast.FunctionDef | None:
+def function(module_name: str, name: str, depth: int = 0) -> ast.FunctionDef | None:
     """The module-level function ``name`` of a vLLM module, following its imports."""
     module = class_source.read_module(module_name)
     if module is None or depth > 4:
@@ -58,7 +58,7 @@ def _function(module_name: str, name: str, depth: int = 0) -> ast.FunctionDef | 
             return node
     for where, original in module.imports.get(name, ()):
         if where.startswith("vllm."):
-            found = _function(where, original, depth + 1)
+            found = function(where, original, depth + 1)
             if found is not None:
                 return found
     return None
@@ -91,8 +91,8 @@ def needs_mark(ref: ClassRef) -> str | None:
     for node in kernel_facts._unguarded(init[1].body):
         name = class_source.name_of(node.func) if isinstance(node, ast.Call) else None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and name:
-            function = _function(ref.module, name)
-            if function is not None and _asserts_set(function):
+            called = function(ref.module, name)
+            if called is not None and _asserts_set(called):
                 return f"{ref.qualified}.__init__ calls {name}"
     return None
 
