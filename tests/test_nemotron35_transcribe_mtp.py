@@ -8,6 +8,7 @@ tests/test_shared_head_families.py's; ``check`` on its tiny checkpoint, here.)""
 
 from __future__ import annotations
 
+import shutil
 import types
 
 import pytest
@@ -93,19 +94,43 @@ def test_a_masked_token_is_never_picked_even_where_it_is_the_argmax():
     assert int((unmasked != expected).sum()) > 0
 
 
-def test_check_knows_the_tiny_checkpoint_and_finds_it_eligible(tmp_path):
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    from engine_support import shared_pair
+
+    return shared_pair(tmp_path_factory, FAMILY.name)
+
+
+def test_check_knows_the_tiny_checkpoint_and_finds_it_eligible(pair):
     from test_mtp_family_records import WITH_OP
 
     from draft_head_fp8.checkpoint import read_config
     from draft_head_fp8.preflight import check_assistant
-    from draft_head_fp8.tiny import build
 
-    pair = build(FAMILY.name, tmp_path / "pair")
     config = read_config(pair.target)
     assert config["model_type"] == "nemo_speechlm" and for_config(config, pair.target) is FAMILY
     result = check_assistant(pair.target, None, machine=WITH_OP)
     assert result.family is FAMILY and result.eligible, result.reason
     assert any("reads the target's lm_head" in note for note in result.notes)
+
+
+def test_check_refuses_a_head_stored_under_nemos_name_without_the_masked_rows(pair, tmp_path):
+    """NVIDIA's BF16 checkpoint keeps the head as ``llm.lm_head.weight``, the decoder vocabulary's
+    rows only; vLLM pads the 10 masked rows with zeros at load, which no tensor vouches for."""
+    from safetensors.torch import load_file, save_file
+    from test_mtp_family_records import WITH_OP
+
+    from draft_head_fp8.preflight import check_assistant
+    from draft_head_fp8.tiny.common import WEIGHTS
+
+    folder = shutil.copytree(pair.target, tmp_path / "nemo")  # a copy: the pair stays whole
+    tensors = load_file(folder / WEIGHTS)
+    head = tensors.pop("lm_head.weight")
+    tensors["llm.lm_head.weight"] = head[: head.shape[0] - 10].contiguous()
+    save_file(tensors, folder / WEIGHTS, metadata={"format": "pt"})
+    result = check_assistant(folder, None, machine=WITH_OP)
+    assert result.family is FAMILY and not result.eligible
+    assert "llm.lm_head.weight" in result.reason and "pads the masked rows" in result.reason
 
 
 @pytest.mark.parametrize(

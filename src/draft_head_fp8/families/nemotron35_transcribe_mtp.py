@@ -20,6 +20,7 @@ tokens before them.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from draft_head_fp8.families.family import config_value, top_value
@@ -48,6 +49,25 @@ def without_mtp_layers(config: Any) -> str | None:
     return None
 
 
+# NeMo's name of the target's head in NVIDIA's BF16 checkpoint: the decoder vocabulary's rows
+# only; vLLM pads the masked rows with zeros at load (``_pad_vocab_rows``).
+NEMO_HEAD = "llm.lm_head.weight"
+
+
+def nemo_head(config: Any, folder: Path, target: Any) -> list[str]:
+    """A checkpoint whose head is NeMo's tensor, not Hugging Face's ``lm_head.weight``: refused."""
+    from draft_head_fp8.checkpoint import has_tensor
+
+    if has_tensor(folder, NEMOTRON_H.head.tensor) or not has_tensor(folder, NEMO_HEAD):
+        return []
+    return [
+        f"the target's head is NeMo's {NEMO_HEAD}, which holds the decoder vocabulary's rows "
+        "only (vLLM pads the masked rows with zeros at load): no checkpoint tensor vouches for "
+        f"every row the head serves; this family proves a head stored whole as "
+        f"{NEMOTRON_H.head.tensor}"
+    ]
+
+
 FAMILY = replace(
     mtp_family(
         name="nemotron35-transcribe-mtp",
@@ -69,4 +89,5 @@ FAMILY = replace(
         cpu_engine_options={"enable_prefix_caching": False, "language_model_only": True},
     ),
     drafted_vocab=drafted_vocab,
+    problems=nemo_head,
 )

@@ -17,10 +17,10 @@ weights.
 - The tensors under Hugging Face names (``backbone.*``, ``lm_head.weight``; vLLM's mapper reads
   them as the FP8 checkpoints name them), the MTP layer under NeMo's ``llm.mtp.layers.0.*``,
   which is where ``Nemotron3_5TranscribeMTP.load_weights`` reads it.
-- The head and the embedding hold all ``vocab + 10`` rows. NVIDIA's BF16 checkpoint holds
-  ``vocab`` rows and vLLM pads the 10 with zeros at load; the plugin hashes every real row of the
-  head against the checkpoint's tensor, so such a checkpoint is refused (its rows are not inside
-  the tensor), never served from bytes no file vouches for.
+- The head and the embedding hold all ``vocab + 10`` rows. NVIDIA's BF16 checkpoint holds the
+  head as NeMo's ``llm.lm_head.weight``, ``vocab`` rows, and vLLM pads the 10 with zeros at load;
+  the plugin hashes every real row of the head against a checkpoint tensor, so the family refuses
+  that layout (``nemotron35_transcribe_mtp.nemo_head``), never serving bytes no file vouches for.
 - The 10 masked rows of the head lie along a direction every draft hidden state shares, so that
   the draft head's best tokens, BF16 and FP8, are often all masked ones, and the drafted rows come
   in twins (``_masked_rows_ahead``): a pick that let the masked tokens take its candidates would
