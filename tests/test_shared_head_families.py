@@ -116,6 +116,8 @@ TOP_K_RUNS = [("qwen3-dspark", V034.name)]
 BLOCK_RUNS = [(f.name, V034.name) for f in SHARED if f.drafts_block]
 # The families whose drafter reads the head's top-K (DFlash2's candidate selector).
 SELECTOR_RUNS = [(f.name, V034.name) for f in SHARED if f.top_k is not None]
+# The families whose drafter masks a vocabulary suffix after the head (Nemotron 3.5 Transcribe).
+MASK_RUNS = [(f.name, V034.name) for f in SHARED if f.drafted_vocab is not None]
 BLOCK_TOKENS = 3
 
 
@@ -192,6 +194,30 @@ def test_a_drafter_that_adds_a_term_drafts_the_bf16_heads_pick_after_it(runs):
     assert on["draft_agreement"]["term_moved"] == off["draft_agreement"]["term_moved"]
     assert off["draft_agreement"]["fp8_argmax_differs"] == 0  # flag off the head is BF16
     assert on["draft_agreement"]["fp8_argmax_differs"] > 0  # what the pick after the term fixed
+    counts = on["after_generate"]["certificate"]["counts"]
+    assert counts["uncertified"] == 0 and sum(counts.values()) >= on["draft_agreement"]["steps"]
+
+
+@pytest.mark.parametrize("runs", MASK_RUNS, ids=_id, indirect=True)
+def test_a_drafter_that_masks_a_suffix_drafts_the_bf16_heads_pick_before_it(runs):
+    """Nemotron 3.5 Transcribe: vLLM's drafter sets the logits of every token from
+    ``speechlm_output_vocab_size`` on to -inf after the head and drafts the argmax of the rest.
+    Every draft row, flag off and on, is the BF16 head's argmax over the tokens before the suffix
+    (the head recomputed from the checkpoint); the whole head's BF16 argmax was a masked token on
+    a part of them, and flag on so was the plain FP8 argmax (the tiny head's masked rows lie along
+    the draft hidden states, its drafted rows in twins): the certified pick never saw those
+    tokens. Tried: with the shared head's suppressed tokens left out, 5 of 84 drafts differ."""
+    off, on = runs.off.facts, runs.on.facts
+    for facts in (off, on):
+        agreement = facts["draft_agreement"]
+        assert agreement["agree"] == agreement["steps"] > 50
+        assert 0 < agreement["masked_bf16_argmax"] < agreement["steps"]
+    assert (
+        on["draft_agreement"]["masked_bf16_argmax"] == off["draft_agreement"]["masked_bf16_argmax"]
+    )
+    assert off["draft_agreement"]["masked_fp8_argmax"] == 0  # flag off the head is BF16
+    assert on["draft_agreement"]["masked_fp8_argmax"] > 0  # what the pick kept out
+    assert on["texts"] == off["texts"] and on["spec_decode"] == off["spec_decode"]
     counts = on["after_generate"]["certificate"]["counts"]
     assert counts["uncertified"] == 0 and sum(counts.values()) >= on["draft_agreement"]["steps"]
 

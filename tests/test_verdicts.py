@@ -56,6 +56,14 @@ BY_CLASS = {
     "Glm4MoeLiteMTP": MTP_SHARED,
     "GlmOcrMTP": MTP_SHARED,
     "NemotronHMTP": dataclasses.replace(MTP_LM_HEAD, has_own_lm_head="False"),
+    # Served with the mask after its head made part of the pick (Family.drafted_vocab).
+    "Nemotron3_5TranscribeMTP": dataclasses.replace(
+        MTP_LM_HEAD,
+        has_own_lm_head="False",
+        logits_changes=(
+            "masks: logits[..., self.config.speechlm_output_vocab_size:] = -torch.inf",
+        ),
+    ),
     "ExaoneMoeMTP": MTP_LM_HEAD,
     "Exaone4_5_MTP": MTP_LM_HEAD,
     "HYV3MTP": MTP_SHARED,

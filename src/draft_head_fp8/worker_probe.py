@@ -235,10 +235,11 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
     tensor on the hidden states that reach the head (``bf16_reference``), and count how often the
     two draft tokens agree; the same for every pick vLLM makes without logits
     (``watch_top_tokens``)."""
-    from draft_head_fp8 import probe_block
+    from draft_head_fp8 import probe_block, probe_mask
 
     drafter = _drafter(worker)
-    bf16_head = bf16_head_rows(family_of(drafter), target_dir, assistant_dir)
+    family = family_of(drafter)
+    bf16_head = bf16_head_rows(family, target_dir, assistant_dir)
     processor = drafter.logits_processor if hasattr(drafter, "logits_processor") else None
     processor = processor or drafter.model.logits_processor
     reference = bf16_reference(bf16_head, processor)
@@ -254,10 +255,15 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
         expected = reference(hidden_states, logits.dtype)
         served_logits = logits.cpu()
         vocab = min(expected.shape[-1], served_logits.shape[-1])
-        picks = expected[..., :vocab].argmax(-1)
-        same = served_logits[..., :vocab].argmax(-1) == picks
+        # A suffix vLLM's drafter masks after the head (seen here before the mask) is never drafted.
+        drafted = probe_mask.drafted_tokens(family, drafter.config, vocab)
+        picks = expected[..., :drafted].argmax(-1)
+        same = served_logits[..., :drafted].argmax(-1) == picks
         stats["steps"] += int(same.numel())
         stats["agree"] += int(same.sum())
+        if drafted < vocab:
+            head = args[0] if args else kwargs["lm_head"]
+            probe_mask.count_masked(stats, expected[..., :vocab], drafted, head, hidden_states)
         if block is not None:  # one call holds whole blocks: counted per position too
             head = args[0] if args else kwargs["lm_head"]
             plain = probe_block.plain_fp8_argmax(head, hidden_states, vocab)

@@ -172,6 +172,11 @@ class Family:
     # The instance seam (``vllm_plugin.seams``) that holds the token ids vLLM's drafter masks out
     # of its logits, which the exact pick must never choose; None where it masks none.
     suppressed_tokens: str | None = None
+    # How many of the head's first tokens the drafter may draft, from the draft's config, where
+    # vLLM's drafter sets the logits of every token past them to -inf after the head (a vocabulary
+    # suffix: Nemotron 3.5 Transcribe's ``speechlm_output_vocab_size``). The exact pick is made
+    # over the tokens before it only (``masked_tokens``); None where no suffix is masked.
+    drafted_vocab: Callable[[Any], int | None] | None = None
     # Where the family's drafts differ in whose head they read (EAGLE-3: a head of its own, or
     # none and the target's), which one a draft folder's checkpoint reads; else always ``head``.
     head_for: Callable[[Path], HeadSource] | None = None
@@ -203,6 +208,12 @@ class Family:
         if head.when == AT_LOAD and not head.tied_to_draft_embedding:
             inputs = {**inputs, "shared_target_head": False, "own_head": True}
         return inputs
+
+    def masked_tokens(self, config: Any, vocab: int) -> range:
+        """The token ids, of a head of ``vocab`` real tokens, that vLLM's drafter masks to -inf
+        after the head (``drafted_vocab``): never a candidate of the exact pick."""
+        drafted = None if self.drafted_vocab is None else self.drafted_vocab(config)
+        return range(vocab if drafted is None else min(int(drafted), vocab), vocab)
 
     def head_in(self, draft_folder: str | Path | None) -> HeadSource:
         """The head the draft in ``draft_folder`` reads (``head`` without a folder to look at)."""

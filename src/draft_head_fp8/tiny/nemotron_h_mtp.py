@@ -46,7 +46,8 @@ def config(*, tied: bool):
     )
 
 
-def _mtp_glue(seed: int):
+def mtp_layer_glue(seed: int):
+    """The edit that moves the extra block to the MTP layer, with its glue."""
     mtp = "mtp.layers.0."
     return mtp_glue(
         seed,
@@ -67,7 +68,7 @@ def build(out: str | os.PathLike, *, tied_target: bool = False, seed: int = 0) -
     return build_mtp_target(
         out,
         model,
-        _mtp_glue(seed),
+        mtp_layer_glue(seed),
         architectures=["NemotronHForCausalLM"],
         layers_block_type=BLOCKS,
         num_hidden_layers=len(BLOCKS),

@@ -196,9 +196,11 @@ class DraftHeadFp8Drafter:
 
     def _suppressed_tokens(self) -> list[int]:
         """The token ids vLLM's drafter masks out of its logits (the family says where vLLM keeps
-        them): the exact pick never chooses one."""
+        them, or which vocabulary suffix it masks): the exact pick never chooses one."""
         seam = self.family.suppressed_tokens
-        return list(seams.read_from(self, seam) or ()) if seam else []
+        listed = list(seams.read_from(self, seam) or ()) if seam else []
+        vocab = int(self.lm_head.org_vocab_size)
+        return [*listed, *self.family.masked_tokens(self.config, vocab)]
 
     def _check_seam(self, head: HeadSource) -> None:
         """The facts the drafter's own head relies on, before anything is quantized."""

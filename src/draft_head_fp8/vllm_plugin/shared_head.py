@@ -85,9 +85,11 @@ def make_private_head(
         checkpoint = checkpoint_of(
             plan.checkpoint_dir, head, shared.weight.dtype, plan.head.tensor_for(tied)
         )
+        # A suffix the drafter masks after the head (Nemotron 3.5 Transcribe): never picked.
+        masked = plan.family.masked_tokens(drafter.config, int(shared.org_vocab_size))
         method.install(
             head, plan, checkpoint=checkpoint, checkpoint_owner="target",
-            serving_dtype=plan.serving_dtype,
+            suppress_tokens=list(masked), serving_dtype=plan.serving_dtype,
         )  # fmt: skip
         method.make_from(head, shared)
     logger.info(
