@@ -63,6 +63,7 @@ BY_CLASS = {
     "HYV3MTP": MTP_SHARED,
     "HYV4MTP": MTP_SHARED,
     "BailingMoeV25MTPModel": BAILING_MTP,
+    "BailingMoeV3MTPModel": BAILING_MTP,
     "MiMoV2MTP": MTP_LM_HEAD,
     "MiMoV2OmniMTP": MTP_LM_HEAD,
     "Qwen4ExpMTP": MTP_LM_HEAD,
