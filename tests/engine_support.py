@@ -95,8 +95,7 @@ NEEDS_TORCHVISION = {
 }
 # The families whose tiny target loads its configuration with remote code, as their real
 # checkpoints do (Bailing's: transformers has no class for model type bailing_hybrid): their
-# engines start with trust_remote_code, the modules transformers copies kept in one folder of
-# the test session (HF_MODULES_CACHE; one for all runs, so such runs still share a process).
+# engines start with trust_remote_code (the modules transformers copies: HF_MODULES below).
 REMOTE_CODE = frozenset({"bailing-v25-mtp", "bailing-v3-mtp"})
 # The engines the suite runs (release x runner): what differs between them is this table and
 # ``Engine.env``, nothing else. vLLM 0.34 (what `pip install vllm` gives) is the primary engine:
@@ -185,13 +184,10 @@ def runner_env(runner: str, env: dict | None = None) -> dict:
 
 
 def family_env(family: str, env: dict | None = None) -> dict:
-    """``env`` for an engine that serves ``family``: with the torchvision stand-in where needed,
-    and the remote-code modules' folder of the session."""
+    """``env`` for an engine that serves ``family``: with the torchvision stand-in where needed."""
     import importlib.util
 
     env = dict(env or {})
-    if family in REMOTE_CODE:
-        env["HF_MODULES_CACHE"] = str(HF_MODULES)
     if family not in NEEDS_TORCHVISION or importlib.util.find_spec("torchvision") is not None:
         return env
     paths = [str(SHIMS), *filter(None, [env.get("PYTHONPATH")])]
@@ -233,7 +229,9 @@ VLLM_CACHE = _session_folder("dhfp8-test-vllm-cache-")
 # And one torch inductor cache: at TP 2 every worker compiles vLLM's vocab-shard mask with
 # inductor (~20 s of C++ builds per engine with a cache of its own; a cache hit after the first).
 INDUCTOR_CACHE = _session_folder("dhfp8-test-inductor-cache-")
-# Where transformers copies a checkpoint's configuration module (REMOTE_CODE), never ~/.cache.
+# Where transformers copies a checkpoint's configuration module (REMOTE_CODE), never the user's
+# cache: one folder for every engine run of the session, so those runs share pooled processes
+# with the others (transformers reads it once, at import).
 HF_MODULES = _session_folder("dhfp8-test-hf-modules-")
 
 
@@ -408,6 +406,7 @@ def engine_env(
         tmp, flag=flag, archive=archive, plugins=plugins, multiprocess=multiprocess,
         isolate_home=True, vllm_cache=vllm_cache(engine), inductor_cache=INDUCTOR_CACHE,
     )  # fmt: skip
+    env["HF_MODULES_CACHE"] = str(HF_MODULES)
     # Inductor keeps its precompiled C++ header under $TMPDIR/torchinductor_<user> whatever its
     # cache setting: without this link every TP 2 engine rebuilds it (~10 s, one worker waiting
     # on the other's lock).
