@@ -31,7 +31,8 @@ from draft_head_fp8.families.target_head import TARGET_HEAD, mtp_family
 # refuses the two together ("--mamba-block-size can only be set with --enable-prefix-caching",
 # measured flag off); off from the start, the state spans the whole sequence.
 HYBRID_MLA_ON_CPU = {"enable_prefix_caching": False}
-# Bailing's embedding, where a tied head's bytes would be.
+# Bailing names its embedding model.word_embeddings: where a config saying tie_word_embeddings
+# puts the head's bytes (vLLM's Bailing classes themselves never tie the head).
 BAILING_HEAD = replace(TARGET_HEAD, tied_tensor="model.word_embeddings.weight")
 
 FAMILY = mtp_family(
