@@ -10,7 +10,8 @@ MTP glue beside layer ``N``, the configuration loaded with remote code, model ty
 it), the router's correction bias as ``mlp.gate.expert_bias`` (V3's target loader reads no other
 name) and the Kimi Delta Attention state's convolution width (``short_conv_kernel_size``).
 Kept plain as V2.5's, for the same reason (vLLM 0.34's CPU engine aligns a hybrid MLA target's
-blocks to 128 tokens where its CPU MLA takes 16): every layer full attention
+blocks to 128 tokens where its CPU MLA takes 16; measured flag off with ``head_dim`` 64, the
+same error as V2.5's): every layer full attention
 (``layer_group_size`` 1: no KDA layer, whose Triton ops run on every step) and the KDA state
 sized to nothing (``head_dim`` 0); no attention output gate (``g_proj``: V3's MLA builds none
 where ``gated_attention_proj_granularity_type`` is unset).
