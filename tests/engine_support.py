@@ -93,6 +93,10 @@ NEEDS_TORCHVISION = {
     # read torchvision's InterpolationMode at import.
     "gemma4-dspark",
 }
+# The families whose tiny target loads its configuration with remote code, as their real
+# checkpoints do (Bailing's: transformers has no class for model type bailing_hybrid): their
+# engines start with trust_remote_code (the modules transformers copies: HF_MODULES below).
+REMOTE_CODE = frozenset({"bailing-v25-mtp", "bailing-v3-mtp"})
 # The engines the suite runs (release x runner): what differs between them is this table and
 # ``Engine.env``, nothing else. vLLM 0.34 (what `pip install vllm` gives) is the primary engine:
 # its only runner is Model Runner V2, run here as 0.34's own Python with 0.34's own CPU kernels,
@@ -204,6 +208,11 @@ KERNEL = (
 LAYOUT = "convert_weight_packed" if W8A16 else "plain"
 
 
+def family_args(family: str) -> tuple[str, ...]:
+    """The probe's arguments an engine that serves ``family`` needs (remote code)."""
+    return ("--engine-option", "trust_remote_code=true") if family in REMOTE_CODE else ()
+
+
 def _session_folder(prefix: str) -> Path:
     """A folder for this test session, one for all its lanes (pytest-xdist names the run)."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
@@ -220,6 +229,10 @@ VLLM_CACHE = _session_folder("dhfp8-test-vllm-cache-")
 # And one torch inductor cache: at TP 2 every worker compiles vLLM's vocab-shard mask with
 # inductor (~20 s of C++ builds per engine with a cache of its own; a cache hit after the first).
 INDUCTOR_CACHE = _session_folder("dhfp8-test-inductor-cache-")
+# Where transformers copies a checkpoint's configuration module (REMOTE_CODE), never the user's
+# cache: one folder for every engine run of the session, so those runs share pooled processes
+# with the others (transformers reads it once, at import).
+HF_MODULES = _session_folder("dhfp8-test-hf-modules-")
 
 
 def shared_once(tmp_path_factory, name: str, make) -> tuple[Path, dict]:
@@ -393,6 +406,7 @@ def engine_env(
         tmp, flag=flag, archive=archive, plugins=plugins, multiprocess=multiprocess,
         isolate_home=True, vllm_cache=vllm_cache(engine), inductor_cache=INDUCTOR_CACHE,
     )  # fmt: skip
+    env["HF_MODULES_CACHE"] = str(HF_MODULES)
     # Inductor keeps its precompiled C++ header under $TMPDIR/torchinductor_<user> whatever its
     # cache setting: without this link every TP 2 engine rebuilds it (~10 s, one worker waiting
     # on the other's lock).
