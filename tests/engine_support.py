@@ -93,6 +93,11 @@ NEEDS_TORCHVISION = {
     # read torchvision's InterpolationMode at import.
     "gemma4-dspark",
 }
+# The families whose tiny target loads its configuration with remote code, as their real
+# checkpoints do (Bailing's: transformers has no class for model type bailing_hybrid): their
+# engines start with trust_remote_code, the modules transformers copies kept in one folder of
+# the test session (HF_MODULES_CACHE; one for all runs, so such runs still share a process).
+REMOTE_CODE = frozenset({"bailing-v25-mtp", "bailing-v3-mtp"})
 # The engines the suite runs (release x runner): what differs between them is this table and
 # ``Engine.env``, nothing else. vLLM 0.34 (what `pip install vllm` gives) is the primary engine:
 # its only runner is Model Runner V2, run here as 0.34's own Python with 0.34's own CPU kernels,
@@ -180,10 +185,13 @@ def runner_env(runner: str, env: dict | None = None) -> dict:
 
 
 def family_env(family: str, env: dict | None = None) -> dict:
-    """``env`` for an engine that serves ``family``: with the torchvision stand-in where needed."""
+    """``env`` for an engine that serves ``family``: with the torchvision stand-in where needed,
+    and the remote-code modules' folder of the session."""
     import importlib.util
 
     env = dict(env or {})
+    if family in REMOTE_CODE:
+        env["HF_MODULES_CACHE"] = str(HF_MODULES)
     if family not in NEEDS_TORCHVISION or importlib.util.find_spec("torchvision") is not None:
         return env
     paths = [str(SHIMS), *filter(None, [env.get("PYTHONPATH")])]
@@ -204,6 +212,11 @@ KERNEL = (
 LAYOUT = "convert_weight_packed" if W8A16 else "plain"
 
 
+def family_args(family: str) -> tuple[str, ...]:
+    """The probe's arguments an engine that serves ``family`` needs (remote code)."""
+    return ("--engine-option", "trust_remote_code=true") if family in REMOTE_CODE else ()
+
+
 def _session_folder(prefix: str) -> Path:
     """A folder for this test session, one for all its lanes (pytest-xdist names the run)."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
@@ -220,6 +233,8 @@ VLLM_CACHE = _session_folder("dhfp8-test-vllm-cache-")
 # And one torch inductor cache: at TP 2 every worker compiles vLLM's vocab-shard mask with
 # inductor (~20 s of C++ builds per engine with a cache of its own; a cache hit after the first).
 INDUCTOR_CACHE = _session_folder("dhfp8-test-inductor-cache-")
+# Where transformers copies a checkpoint's configuration module (REMOTE_CODE), never ~/.cache.
+HF_MODULES = _session_folder("dhfp8-test-hf-modules-")
 
 
 def shared_once(tmp_path_factory, name: str, make) -> tuple[Path, dict]:

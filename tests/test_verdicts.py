@@ -25,6 +25,8 @@ MTP_LAYERS = "model.layers[].shared_head.head"
 # The served families' classes as their facts read (what vLLM's source says of each).
 MTP_SHARED = ClassFacts("X", "vllm.model_executor.models.deepseek_mtp:DeepSeekMTP",
                         logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,))  # fmt: skip
+# Bailing's compute_logits reads the lm_head vLLM's share installs, else the MTP layer's head.
+BAILING_MTP = dataclasses.replace(MTP_SHARED, logits_heads=("lm_head", MTP_LAYERS))
 MTP_LM_HEAD = ClassFacts("X", "vllm.model_executor.models.qwen3_next_mtp:Qwen3NextMTP",
                          logits_heads=("lm_head",), heads=("lm_head",))  # fmt: skip
 EAGLE1 = ClassFacts("X", "vllm.model_executor.models.llama_eagle:EagleLlamaForCausalLM",
@@ -60,6 +62,8 @@ BY_CLASS = {
     "Exaone4_5_MTP": MTP_LM_HEAD,
     "HYV3MTP": MTP_SHARED,
     "HYV4MTP": MTP_SHARED,
+    "BailingMoeV25MTPModel": BAILING_MTP,
+    "BailingMoeV3MTPModel": BAILING_MTP,
     "MiMoV2MTP": MTP_LM_HEAD,
     "MiMoV2OmniMTP": MTP_LM_HEAD,
     "Qwen4ExpMTP": MTP_LM_HEAD,
@@ -188,7 +192,7 @@ def test_the_reasons_by_kind_exactly():
         "serving it needs every head quantized, rescored and proven"
     )
     assert verdict(**KIND_CASES["reads like a family"]).reason == (
-        "reads its head like deepseek-v3-mtp (the target's, shared (an MTP share): lm_head, "
+        "reads its head like bailing-v25-mtp (the target's, shared (an MTP share): lm_head, "
         "model.layers[].shared_head.head), the share the plugin already proves: not yet served: "
         "needs a family record, a tiny checkpoint and an engine test"
     )
