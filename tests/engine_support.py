@@ -89,14 +89,17 @@ NEEDS_TORCHVISION = {
     "exaone45-mtp",
     "glm-ocr-mtp",
     "qwen4-exp-mtp",
+    "interns2-mobius-mtp",
     # Its Gemma 4 multimodal target: transformers' Gemma 4 image processor, whose annotations
     # read torchvision's InterpolationMode at import.
     "gemma4-dspark",
 }
 # The families whose tiny target loads its configuration with remote code, as their real
-# checkpoints do (Bailing's: transformers has no class for model type bailing_hybrid): their
-# engines start with trust_remote_code (the modules transformers copies: HF_MODULES below).
-REMOTE_CODE = frozenset({"bailing-v25-mtp", "bailing-v3-mtp"})
+# checkpoints do (Bailing's, Intern-S2-Mobius's: transformers has no class for model type
+# bailing_hybrid or interns2_mobius): their
+# engines start with trust_remote_code, the modules transformers copies kept in one folder of
+# the test session (HF_MODULES_CACHE; one for all runs, so such runs still share a process).
+REMOTE_CODE = frozenset({"bailing-v25-mtp", "bailing-v3-mtp", "interns2-mobius-mtp"})
 # The engines the suite runs (release x runner): what differs between them is this table and
 # ``Engine.env``, nothing else. vLLM 0.34 (what `pip install vllm` gives) is the primary engine:
 # its only runner is Model Runner V2, run here as 0.34's own Python with 0.34's own CPU kernels,

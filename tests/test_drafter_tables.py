@@ -157,15 +157,14 @@ def test_the_last_dspark_classes_on_034_say_what_keeps_each_from_being_served_he
     assert "it adds a low-rank Markov term" in new["MistralLarge4DSparkModel"][5]
 
 
-def test_intern_s2_mobius_mtp_needs_its_checkpoints_config_code_on_both_releases(fresh):
+def test_intern_s2_mobius_mtp_is_served_on_both_releases(fresh):
     """vLLM 0.34 and 0.32 name InternS2MobiusMTP for a draft config only from a config of type
-    intern_s2_preview or interns2_mobius, which no config class here reads (config_facts): a
-    config of a type one reads is drafted by Qwen3.5's MoE class (test_registry_verdicts.py)."""
+    intern_s2_preview or interns2_mobius, which only a checkpoint's own config code makes
+    (config_facts): the tiny checkpoint ships it, and the record serves the class on both."""
     for release in drafter_tables.RELEASES:
         row = rows(fresh(release))["InternS2MobiusMTP"]
-        assert row[3:5] == ["refused", "needs remote code"], release
-        assert "of model type intern_s2_preview or interns2_mobius" in row[5]
-        assert "reads its head like ernie45-mtp" in row[5]
+        assert row[3:5] == ["served", "served"], release
+        assert "served by the interns2-mobius-mtp family" in row[5]
 
 
 def test_openpangus_mtp_class_fails_in_vllm_on_both_releases(fresh):

@@ -34,6 +34,8 @@ ADDED = {
     "mimo-v2-mtp": ("MiMoV2MTPModel", "num_nextn_predict_layers"),
     "mimo-v2-omni-mtp": ("MiMoV2OmniMTPModel", "num_nextn_predict_layers"),
     "qwen4-exp-mtp": ("Qwen4ExpMTP", "mtp_num_hidden_layers"),
+    # Counted in its text config, where vLLM's rewrite reads it.
+    "interns2-mobius-mtp": ("InternS2MobiusMTP", "text_config.mtp_num_hidden_layers"),
 }
 
 
@@ -43,9 +45,15 @@ def pairs(tmp_path_factory):
 
 
 def _edit_config(folder, **changes):
+    """``changes`` written into config.json; a dotted key names a sub-config's field."""
     path = folder / "config.json"
     config = json.loads(path.read_text())
-    config.update(changes)
+    for key, value in changes.items():
+        *parents, field = key.split(".")
+        within = config
+        for parent in parents:
+            within = within[parent]
+        within[field] = value
     path.write_text(json.dumps(config))
 
 
@@ -76,7 +84,8 @@ def test_a_checkpoint_without_mtp_layers_is_refused_by_check(pairs, name, tmp_pa
     _edit_config(folder, **{field: 0})
     result = check_assistant(folder, None, machine=WITH_OP)
     assert not result.eligible
-    assert result.reason == f"the checkpoint has no MTP layers ({field} is 0 or missing)"
+    named = field.rpartition(".")[2]
+    assert result.reason == f"the checkpoint has no MTP layers ({named} is 0 or missing)"
 
 
 @pytest.mark.parametrize("name", sorted(ADDED))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from engine_support import shared_pair
 
 from draft_head_fp8.families import all_families, by_name
 from draft_head_fp8.verdict_kinds import KINDS, NOT_JUDGED, REFUSED, SERVED
@@ -67,8 +68,6 @@ NAMED = {
     "Step3p5MTP": ("own heads per layer", None),
     # Its candidates are the head's top-k less the whole row's logsumexp.
     "LiLiCorrDraftModel": ("log-probability candidates", None),
-    # vLLM names it only for model types whose config class is the checkpoint's own code.
-    "InternS2MobiusMTP": ("needs remote code", "ernie45-mtp"),
 }
 
 
@@ -164,23 +163,29 @@ def test_an_mtp_drafter_whose_target_routes_through_a_kernel_the_build_lacks_can
             assert target_facts.target_kernel_error(class_source.lineage(ref)) is None
 
 
-def test_a_drafter_vllm_names_only_for_model_types_no_class_reads_needs_remote_code(registry):
+def test_mobius_is_drafted_only_from_its_checkpoints_own_config_code_and_served(
+    registry, tmp_path_factory
+):
     """Intern-S2-Mobius's MTP class: vLLM's draft-config rewrite names it only for a config of
-    type intern_s2_preview or interns2_mobius, which neither transformers nor vLLM reads; a
-    config of a type transformers reads (qwen3_5_moe, Mobius's text keys kept as extra keys),
-    naming Mobius's target, is rewritten to Qwen3.5's MoE MTP class, never to Mobius's."""
+    type intern_s2_preview or interns2_mobius, which neither transformers nor vLLM reads
+    (config_facts); a config of a type transformers reads (qwen3_5_moe, Mobius's text keys kept
+    as extra keys), naming Mobius's target, is rewritten to Qwen3.5's MoE MTP class. The tiny
+    checkpoint's own configuration module makes the config vLLM rewrites to Mobius's class, so
+    interns2-mobius-mtp serves it."""
+    import importlib.util
+
     from transformers import AutoConfig, Qwen3_5MoeConfig
     from vllm.config.speculative import SpeculativeConfig
 
+    from draft_head_fp8.vllm_plugin import config_facts
+
     _, verdicts = registry
-    reason = verdicts["InternS2MobiusMTP"].reason
-    assert reason.startswith(
-        "vLLM drafts with it only from a config no class here reads (vLLM's SpeculativeConfig."
-        "hf_config_override names it for a draft config only from a checkpoint config of model "
-        "type intern_s2_preview or interns2_mobius, and neither transformers nor vLLM has a "
-        "config class for any of them"
-    )
-    assert "reads its head like ernie45-mtp" in reason
+    v = verdicts["InternS2MobiusMTP"]
+    assert (v.status, v.kind, v.family) == ("served", "served", "interns2-mobius-mtp")
+    assert config_facts.model_types_reaching("InternS2MobiusMTP") == (
+        "intern_s2_preview", "interns2_mobius",
+    )  # fmt: skip
+    assert "only a checkpoint's own config code" in config_facts.config_error("InternS2MobiusMTP")
     text = dict(
         layer_types=["linear_attention", "full_attention"], num_hidden_layers=2, num_blocks=1,
         mtp_num_hidden_layers=1, mtp_num_experts=4, mtp_num_experts_per_tok=2,
@@ -193,12 +198,22 @@ def test_a_drafter_vllm_names_only_for_model_types_no_class_reads_needs_remote_c
     for model_type in ("interns2_mobius", "intern_s2_preview"):
         with pytest.raises(ValueError, match="Unrecognized model identifier"):
             AutoConfig.for_model(model_type)
-    # Every served MTP class is named for a type a class reads (Qwen3.5's MoE class for
-    # qwen3_5_moe as well as for Mobius's types).
-    from draft_head_fp8.vllm_plugin import config_facts
-
+    # The tiny checkpoint's module, loaded as transformers' remote code loads it (no cache).
+    folder = shared_pair(tmp_path_factory, "interns2-mobius-mtp").target
+    written = json.loads((folder / "config.json").read_text())
+    module, _, cls = written["auto_map"]["AutoConfig"].partition(".")
+    spec = importlib.util.spec_from_file_location(f"tiny_{module}", folder / f"{module}.py")
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    draft = SpeculativeConfig.hf_config_override(getattr(loaded, cls).from_dict(written))
+    assert draft.architectures == ["InternS2MobiusMTP"] and draft.n_predict == 1
+    # The MTP layer's experts are Mobius's own count, the text config now Qwen3.5-MoE's type.
+    assert draft.text_config.num_experts == written["text_config"]["mtp_num_experts"]
+    assert draft.text_config.model_type == "qwen3_5_moe_text"
+    # Every other served MTP class is named for a type a class reads.
     assert "interns2_mobius" in config_facts.model_types_reaching("Qwen3_5MoeMTP")
-    assert all(config_facts.config_error(a) is None for a in SERVED_BY if a in verdicts)
+    others = [a for a in SERVED_BY if a in verdicts and a != "InternS2MobiusMTP"]
+    assert all(config_facts.config_error(a) is None for a in others)
 
 
 def test_a_drafter_whose_forward_reads_what_a_module_it_builds_never_sets_fails_in_vllm(registry):

@@ -75,6 +75,7 @@ BY_CLASS = {
     "MiMoV2MTP": MTP_LM_HEAD,
     "MiMoV2OmniMTP": MTP_LM_HEAD,
     "Qwen4ExpMTP": MTP_LM_HEAD,
+    "InternS2MobiusMTP": MTP_LM_HEAD,
     "EagleLlamaForCausalLM": EAGLE1,
     "EagleMistralForCausalLM": dataclasses.replace(EAGLE1, has_own_lm_head="False"),
     "EagleLlama4ForCausalLM": EAGLE1,
@@ -161,8 +162,6 @@ KIND_CASES = {
                               build_error="its attention drops a weight it reads"),
     "fails in vLLM": dict(logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,),
                           attribute_error="its forward reads what a layer lacks"),
-    "needs remote code": dict(logits_heads=("lm_head",), heads=("lm_head",),
-                              config_error="only a config of a type no class reads"),
     "cannot draft here": dict(logits_heads=("lm_head",), lineage=("DFlashQwen3ForCausalLM",),
                               has_own_lm_head="False",
                               draft_error="its hook reads a dropped weight"),
@@ -243,28 +242,36 @@ def test_a_class_vllm_cannot_build_here_says_why_and_how_it_reads_its_head():
     assert verdict(**KIND_CASES["embedding head"], build_error="x").kind == "embedding head"
 
 
-def test_a_class_vllm_drafts_only_from_remote_code_says_so_before_all_else_from_the_source():
-    """Intern-S2-Mobius's MTP class (config_facts): no config a class here reads gets vLLM to
-    draft with it, so nothing of it can be built here; what would serve it follows."""
-    v = verdict(**KIND_CASES["needs remote code"])
-    assert (v.status, v.kind, v.family) == (REFUSED, "needs remote code", "ernie45-mtp")
-    assert v.reason == (
-        "vLLM drafts with it only from a config no class here reads (only a config of a type no "
-        "class reads): nothing can be built or proven here without that code; read from its "
-        "source, it reads its head like ernie45-mtp (the target's, shared (an MTP share): "
-        "lm_head), the share the plugin already proves: not yet served: needs a family record, "
-        "a tiny checkpoint and an engine test"
+def test_a_class_vllm_drafts_only_from_remote_code_keeps_its_kind_and_says_so_after_it():
+    """A class vLLM drafts with only from a checkpoint's own config code (config_facts) is no
+    refusal of its own: a tiny checkpoint shipping that code, run with trust_remote_code,
+    engine-tests it here (interns2-mobius-mtp's does). Its kind is the other facts'; the fact
+    ends the reason."""
+    remote = dict(
+        logits_heads=("lm_head",), heads=("lm_head",), config_error="a type no class reads"
     )
-    for other in ("build_error", "kernel_error", "draft_error"):
-        both = verdict(**KIND_CASES["needs remote code"], **{other: "x"})
-        assert both.kind == "needs remote code"
-    # Not a candidate for serving: its own reason stays (an embedding head is never served).
+    v = verdict(**remote)
+    assert (v.status, v.kind, v.family) == (REFUSED, "reads like a family", "ernie45-mtp")
+    assert v.reason == (
+        "reads its head like ernie45-mtp (the target's, shared (an MTP share): lm_head), the "
+        "share the plugin already proves: not yet served: needs a family record, a tiny "
+        "checkpoint and an engine test; vLLM drafts with it only from a checkpoint's own config "
+        "code (a type no class reads)"
+    )
+    built = verdict(**remote, build_error="x")
+    assert built.kind == "cannot build here" and built.reason.endswith("(a type no class reads)")
+    # A served class says nothing of it; a refusal that is not a candidate keeps its reason too.
     assert verdict(**KIND_CASES["embedding head"], config_error="x").kind == "embedding head"
+    mobius = dict(MTP_LM_HEAD.__dict__, architecture="InternS2MobiusMTP", config_error="x")
+    mobius["vllm_class"] = "vllm.model_executor.models.interns2_mobius:InternS2MobiusMTP"
+    served_here = judge(ClassFacts(**mobius), all_families(), served())
+    assert (served_here.kind, served_here.family) == ("served", "interns2-mobius-mtp")
+    assert "config code" not in served_here.reason
 
 
 def test_a_class_whose_forward_reads_what_its_module_lacks_fails_in_vllm_on_any_platform():
     """OpenPangu's MTP class (attribute_facts): what fails on every platform comes before what
-    fails on this one; a config only remote code reads comes first of all."""
+    fails on this one; a config only remote code reads is said after it."""
     v = verdict(**KIND_CASES["fails in vLLM"])
     assert (v.status, v.kind, v.family) == (REFUSED, "fails in vLLM", "deepseek-v3-mtp")
     assert v.reason == (
@@ -276,7 +283,8 @@ def test_a_class_whose_forward_reads_what_its_module_lacks_fails_in_vllm_on_any_
     )
     for later in ("build_error", "kernel_error", "draft_error"):
         assert verdict(**KIND_CASES["fails in vLLM"], **{later: "x"}).kind == "fails in vLLM"
-    assert verdict(**KIND_CASES["fails in vLLM"], config_error="x").kind == "needs remote code"
+    with_remote = verdict(**KIND_CASES["fails in vLLM"], config_error="x")
+    assert with_remote.kind == "fails in vLLM" and with_remote.reason.endswith("config code (x)")
     assert verdict(**KIND_CASES["no head"], attribute_error="x").kind == "no head"
 
 

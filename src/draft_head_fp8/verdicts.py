@@ -306,6 +306,11 @@ def judge(
         reason = KINDS[kind][1].format(error=found, inner=inner)
     elif error and kind not in ("served", "raises here"):
         reason += f"; vLLM cannot import its model file here ({error}): {_to_import(error)}"
+    if facts.config_error and kind not in ("served", "raises here"):
+        # Not a refusal of its own: a tiny checkpoint that ships its config code, started with
+        # trust_remote_code, engine-tests such a class here (interns2-mobius-mtp's does).
+        found = facts.config_error
+        reason += f"; vLLM drafts with it only from a checkpoint's own config code ({found})"
     return Verdict(
         architecture=facts.architecture,
         vllm_class=facts.vllm_class,
@@ -322,7 +327,6 @@ def _source_error(facts: ClassFacts) -> tuple[str, str] | None:
     here (the first of these, what holds on every platform before what holds on this one), as
     (kind, error)."""
     for kind, error in (
-        ("needs remote code", facts.config_error),
         ("fails in vLLM", facts.attribute_error),
         ("cannot build here", facts.build_error),
         ("cannot run here", facts.kernel_error),

@@ -15,6 +15,11 @@ substring (``x in ("a")``) or of anything besides the model type admits any type
 the rewrite rebinds ``hf_config`` to a text config before a branch (Bailing V3 VL's, under a
 test of the architecture), the type tested is that text config's, which its parent's class fixes:
 a class still reads it.
+
+Not a refusal of its own: a tiny checkpoint that ships its configuration module (``auto_map``),
+started with ``trust_remote_code``, engine-tests such a class here (interns2-mobius-mtp's does,
+for ``InternS2MobiusMTP``), so the verdict keeps the kind the rest of the facts give and its
+reason says this after it (``verdicts.judge``).
 """
 
 from __future__ import annotations
@@ -169,6 +174,6 @@ def config_error(architecture: str) -> str | None:
         f"of model type {listed}, and neither transformers nor vLLM has a config class for "
         "any of them: only a checkpoint's own config code (remote code) makes one, which vLLM "
         "runs only with trust_remote_code; a config of a type they know is drafted by another "
-        "class. It needs an engine test whose tiny checkpoint carries that code, run with "
+        "class. Its engine test's tiny checkpoint ships that code and starts with "
         "trust_remote_code"
     )
