@@ -131,6 +131,7 @@ def eligibility(
     draft_vocab_size: int | None = None,
     vocab_size: int | None = None,
     own_head: bool = False,
+    layer_heads: bool = False,
 ) -> Eligibility:
     """The first failing rule's reason, or ``eligible`` (docs/contract.md, "Policy").
 
@@ -140,25 +141,38 @@ def eligibility(
     quant method yet: ``head_quant_method``); ``draft_vocab_size`` / ``vocab_size`` when the
     drafter has a vocabulary of its own (EAGLE-3); ``own_head`` when the head is the drafter's
     own untied ``lm_head``, loaded from its own checkpoint (EAGLE-3): its vocabulary is its own and
-    its FP8 copy a new Parameter, so neither the own-vocabulary rule nor the tie rule applies.
+    its FP8 copy a new Parameter, so neither the own-vocabulary rule nor the tie rule applies;
+    ``layer_heads`` when the head is one of the heads the drafter keeps in each draft layer
+    (Step3p5MTP's ``shared_head.head``), which vLLM never shares with the target's.
     """
     spec = online_quant_spec(quant_config)
     # The rules in the contract's order: first whether this layer is the draft's LM head on the
     # expected scheme at all, then whether that head can be served in FP8.
     reason = (
         _layer_rule(
-            enabled, role, layer, prefix, spec, parallel_lm_head_type, parallel_lm_head_class
-        )
-        or _head_rule(
-            ordered_embeddings=ordered_embeddings,
-            tie_word_embeddings=tie_word_embeddings,
-            head_dtype=head_dtype,
-            model_dtype=model_dtype,
-            shared_target_head=shared_target_head,
-            head_quant_method=head_quant_method,
-            draft_vocab_size=draft_vocab_size,
-            vocab_size=vocab_size,
-            own_head=own_head,
+            enabled,
+            role,
+            layer,
+            prefix,
+            spec,
+            parallel_lm_head_type,
+            parallel_lm_head_class,
+            layer_heads,
+        )  # fmt: skip
+        or (
+            _layer_head_rule(ordered_embeddings, head_dtype, model_dtype)
+            if layer_heads
+            else _head_rule(
+                ordered_embeddings=ordered_embeddings,
+                tie_word_embeddings=tie_word_embeddings,
+                head_dtype=head_dtype,
+                model_dtype=model_dtype,
+                shared_target_head=shared_target_head,
+                head_quant_method=head_quant_method,
+                draft_vocab_size=draft_vocab_size,
+                vocab_size=vocab_size,
+                own_head=own_head,
+            )
         )
         or "eligible"
     )
@@ -182,6 +196,7 @@ def _layer_rule(
     spec: str | None,
     parallel_lm_head_type: type | None,
     parallel_lm_head_class: type | None,
+    layer_heads: bool = False,
 ) -> str | None:
     """The first rule about the layer that fails (None: it is the draft's LM head, asked for)."""
     if not enabled:
@@ -190,7 +205,8 @@ def _layer_rule(
         return "role is not draft"
     if not is_lm_head(layer, parallel_lm_head_type, parallel_lm_head_class):
         return "layer is not ParallelLMHead"
-    if _last_component(prefix) != "lm_head":
+    # A draft layer's own head is named ``head`` (``shared_head.head``), the drafter's ``lm_head``.
+    if _last_component(prefix) != ("head" if layer_heads else "lm_head"):
         return "prefix is not an LM head"
     if spec != EXPECTED_ONLINE_SPEC:
         return f"online spec {spec!r} is not {EXPECTED_ONLINE_SPEC!r}"
@@ -239,6 +255,17 @@ def _head_rule(
             f"target LM head is already quantized ({head_quant_method}): an exact FP8 draft head "
             "is made from its BF16 rows"
         )
+    return None
+
+
+def _layer_head_rule(ordered_embeddings: bool, head_dtype: Any, model_dtype: Any) -> str | None:
+    """A head of a draft layer's own (Step3p5MTP): loaded from its own checkpoint tensor and kept
+    by vLLM whatever it holds (its proposer compares only a top-level ``lm_head`` with the
+    target's), so neither the tie rule nor the whole-vocabulary rule applies."""
+    if ordered_embeddings:
+        return "ordered embeddings bypass LogitsProcessor.quant_method.apply"
+    if head_dtype is not None and model_dtype is not None and str(head_dtype) != str(model_dtype):
+        return "custom FP8 head requires head dtype aligned with hidden dtype"
     return None
 
 

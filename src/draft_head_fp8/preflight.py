@@ -247,12 +247,14 @@ def check_assistant(
     head = family.head_in(assistant_dir)
     serving = serving_dtype(assistant, target, dtype)
     inputs = _policy_inputs(family.head_policy_inputs(assistant_config, head), assistant, target)
+    # The head judged: ``lm_head``, or the first of the heads a drafter keeps per draft layer.
+    paths = [path for path, _ in family.heads_in(assistant_config, head)]
     decision = eligibility(
         layer=None,
         # The scheme the plugin always asks for: vLLM's fp8_per_tensor shorthand.
         quant_config=SimpleNamespace(args=SimpleNamespace(linear=EXPECTED_ONLINE_SPEC)),
         role="draft",
-        prefix="lm_head",
+        prefix=paths[0] if paths else "lm_head",
         enabled=True,  # the question is what the flag would do
         # vLLM builds the draft, its head included, in the serving dtype, whatever the draft's.
         head_dtype=serving,
