@@ -142,37 +142,24 @@ def eligibility(
     drafter has a vocabulary of its own (EAGLE-3); ``own_head`` when the head is the drafter's
     own untied ``lm_head``, loaded from its own checkpoint (EAGLE-3): its vocabulary is its own and
     its FP8 copy a new Parameter, so neither the own-vocabulary rule nor the tie rule applies;
-    ``layer_heads`` when the head is one of the heads the drafter keeps in each draft layer
-    (Step3p5MTP's ``shared_head.head``), which vLLM never shares with the target's.
+    ``layer_heads`` when it is one of the heads a drafter keeps per draft layer (Step3p5MTP).
     """
     spec = online_quant_spec(quant_config)
-    # The rules in the contract's order: first whether this layer is the draft's LM head on the
-    # expected scheme at all, then whether that head can be served in FP8.
+    classes = (parallel_lm_head_type, parallel_lm_head_class)
+    # The contract's order: is this the draft's LM head on the scheme asked for; can it be FP8.
     reason = (
-        _layer_rule(
-            enabled,
-            role,
-            layer,
-            prefix,
-            spec,
-            parallel_lm_head_type,
-            parallel_lm_head_class,
-            layer_heads,
-        )  # fmt: skip
-        or (
-            _layer_head_rule(ordered_embeddings, head_dtype, model_dtype)
-            if layer_heads
-            else _head_rule(
-                ordered_embeddings=ordered_embeddings,
-                tie_word_embeddings=tie_word_embeddings,
-                head_dtype=head_dtype,
-                model_dtype=model_dtype,
-                shared_target_head=shared_target_head,
-                head_quant_method=head_quant_method,
-                draft_vocab_size=draft_vocab_size,
-                vocab_size=vocab_size,
-                own_head=own_head,
-            )
+        _layer_rule(enabled, role, layer, prefix, spec, *classes, layer_heads)
+        or _head_rule(
+            ordered_embeddings=ordered_embeddings,
+            tie_word_embeddings=tie_word_embeddings,
+            head_dtype=head_dtype,
+            model_dtype=model_dtype,
+            shared_target_head=shared_target_head,
+            head_quant_method=head_quant_method,
+            draft_vocab_size=draft_vocab_size,
+            vocab_size=vocab_size,
+            own_head=own_head,
+            layer_heads=layer_heads,
         )
         or "eligible"
     )
@@ -224,11 +211,17 @@ def _head_rule(
     draft_vocab_size: int | None,
     vocab_size: int | None,
     own_head: bool = False,
+    layer_heads: bool = False,
 ) -> str | None:
     """The first rule about the head's bytes that fails (None: an FP8 copy can serve it)."""
     if ordered_embeddings:
         # Centroid heads gather rows of lm_head.weight directly; an FP8 weight cannot serve that.
         return "ordered embeddings bypass LogitsProcessor.quant_method.apply"
+    if layer_heads:
+        # A draft layer's own head (Step3p5MTP): loaded from its own tensor and kept by vLLM
+        # whatever it holds (its proposer compares only a top-level lm_head with the target's),
+        # so neither the tie rule nor the whole-vocabulary rule applies.
+        return _dtype_rule(head_dtype, model_dtype)
     if own_head:
         return _own_head_rule(draft_vocab_size, vocab_size, head_dtype, model_dtype)
     if draft_vocab_size is not None and vocab_size is not None and draft_vocab_size != vocab_size:
@@ -258,17 +251,6 @@ def _head_rule(
     return None
 
 
-def _layer_head_rule(ordered_embeddings: bool, head_dtype: Any, model_dtype: Any) -> str | None:
-    """A head of a draft layer's own (Step3p5MTP): loaded from its own checkpoint tensor and kept
-    by vLLM whatever it holds (its proposer compares only a top-level ``lm_head`` with the
-    target's), so neither the tie rule nor the whole-vocabulary rule applies."""
-    if ordered_embeddings:
-        return "ordered embeddings bypass LogitsProcessor.quant_method.apply"
-    if head_dtype is not None and model_dtype is not None and str(head_dtype) != str(model_dtype):
-        return "custom FP8 head requires head dtype aligned with hidden dtype"
-    return None
-
-
 def own_head_over_whole_vocabulary(rows: int) -> str:
     return (
         f"draft head of its own over the target's whole vocabulary ({rows} rows): vLLM compares "
@@ -286,6 +268,10 @@ def _own_head_rule(
         return "draft head of its own without a known draft and target vocabulary size"
     if draft_vocab_size == vocab_size:
         return own_head_over_whole_vocabulary(draft_vocab_size)
+    return _dtype_rule(head_dtype, model_dtype)
+
+
+def _dtype_rule(head_dtype: Any, model_dtype: Any) -> str | None:
     if head_dtype is not None and model_dtype is not None and str(head_dtype) != str(model_dtype):
         return "custom FP8 head requires head dtype aligned with hidden dtype"
     return None
