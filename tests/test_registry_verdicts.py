@@ -59,7 +59,6 @@ NAMED = {
     "KimiK3MTPModel": ("cannot build here", "deepseek-v3-mtp"),
     "EagleCohereForCausalLM": ("embedding head", None),
     "InklingMTPModel": ("logits changed", None),  # its own GEMM over lm_head.weight
-    "Step3p5MTP": ("own heads per layer", None),
     # Its candidates are the head's top-k less the whole row's logsumexp.
     "LiLiCorrDraftModel": ("log-probability candidates", None),
 }

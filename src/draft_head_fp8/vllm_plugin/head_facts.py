@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from draft_head_fp8.verdicts import ClassFacts
 from draft_head_fp8.vllm_plugin import (
     after_head_facts,
+    backend_facts,
     build_facts,
     class_source,
     kernel_facts,
@@ -370,7 +371,7 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         lineage=tuple(r.name for r in chain),
         raises=raises(chain),
         build_error=build_facts.build_error(chain),
-        kernel_error=kernel_facts.kernel_error(chain),
+        kernel_error=kernel_facts.kernel_error(chain) or backend_facts.backend_error(chain),
         draft_error=build_facts.draft_error(chain),
         compute_logits=defined,
         logits_heads=heads_read,
