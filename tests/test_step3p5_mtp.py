@@ -77,6 +77,7 @@ def test_check_takes_the_pair_and_names_the_first_layers_head(tmp_path):
     assert result.family.name == "step3p5-mtp" and result.eligible, result.reason
     assert result.head.tensor == HEADS[0][1]
     assert result.decision.prefix == HEADS[0][0]
+    assert any(note.startswith("several heads: one per draft layer") for note in result.notes)
 
 
 @pytest.fixture(scope="module")

@@ -273,7 +273,16 @@ def check_assistant(
     if machine_refusal:
         result.device_problems.append(machine_refusal)
     _notes(result, target)
+    if family.layer_heads is not None:
+        result.notes.append(_several_heads(paths))
     return result
+
+
+def _several_heads(paths: list[str]) -> str:
+    return (
+        f"several heads: one per draft layer ({', '.join(paths)}), draft step s reading the "
+        f"(s mod {len(paths)})-th; each made FP8 from its own tensor and proven"
+    )
 
 
 def _draft_problems(family: Family, config: Any, folder: Any, target: Any) -> list[str]:
