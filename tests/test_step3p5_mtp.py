@@ -16,7 +16,15 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from engine_support import FP8_EVERYWHERE, KERNEL, MRV2_RANDOM_TOKENS, V034, serve, stored_shape
+from engine_support import (
+    FP8_EVERYWHERE,
+    KERNEL,
+    MRV2_RANDOM_TOKENS,
+    V034,
+    serve,
+    stored_shape,
+    tree,
+)
 
 from draft_head_fp8.archive import Archive
 from draft_head_fp8.archive.proofs import list_proofs, proof_folder
@@ -28,6 +36,7 @@ from draft_head_fp8.machine import Machine
 from draft_head_fp8.policy import EXPECTED_ONLINE_SPEC, eligibility
 from draft_head_fp8.preflight import check_assistant
 from draft_head_fp8.tiny import build
+from draft_head_fp8.tiny.common import rewrite_weights
 from draft_head_fp8.tiny.step3p5_mtp import HIDDEN, VOCAB
 
 FAMILY = by_name("step3p5-mtp")
@@ -200,3 +209,19 @@ def test_an_unproven_second_head_fails_the_receipt(runs):
     assert broken(one_head_twice) is not None
     assert "heads" in broken(dropped)  # the schema's minItems, then the check's own words
     assert "two or more heads" in several_heads.failure(broken_copy(dropped), receipt_verdict)
+
+
+@pytest.mark.engine
+def test_a_second_head_nothing_vouches_for_refuses_start_up(tmp_path):
+    """The second MTP layer's head saved under vLLM's own name (``shared_head.head``, which
+    vLLM loads as it loads StepFun's ``shared_head.output``): vLLM serves it, flag off, but no
+    checkpoint tensor the record names holds its bytes, so nothing proves the FP8 copy made
+    from them: start-up refuses in one line, and no receipt is kept."""
+    pair = build("step3p5-mtp", tmp_path / "pair", seed=1)
+    source, renamed = HEADS[1][1], HEADS[1][1].replace(".output.", ".head.")
+    rewrite_weights(pair.target, lambda t: {renamed if k == source else k: v for k, v in t.items()})
+    run = serve(tmp_path, pair, flag=True, args=MRV2_RANDOM_TOKENS, engine=V034.name).launch
+    assert run.returncode != 0 and run.facts is None
+    lines = [line for line in run.stderr.splitlines() if "draft-head-fp8: refusing" in line]
+    assert lines and f"no tensor {source!r}" in lines[0], run.stderr[-3000:]
+    assert not any("receipt" in p for p in tree(tmp_path / "archive"))
