@@ -178,4 +178,47 @@ def test_step_35s_mtp_is_served_and_step_5s_says_why_it_cannot_run_here(fresh):
     assert "several heads per drafter are served for step3p5-mtp (Step3p5MTP)" in step5[5]
     assert "proves one head per drafter" not in step5[5]
     # OpenPangu builds its flash-pinned sink attention only for configs that ask for it.
-    assert new["OpenPanguMTPModel"][4] == "reads like a family"
+    assert "pins its attention layers" not in new["OpenPanguMTPModel"][5]
+
+
+def test_intern_s2_mobius_mtp_needs_its_checkpoints_config_code_on_both_releases(fresh):
+    """vLLM 0.34 and 0.32 name InternS2MobiusMTP for a draft config only from a config of type
+    intern_s2_preview or interns2_mobius, which no config class here reads (config_facts): a
+    config of a type one reads is drafted by Qwen3.5's MoE class (test_registry_verdicts.py)."""
+    for release in drafter_tables.RELEASES:
+        row = rows(fresh(release))["InternS2MobiusMTP"]
+        assert row[3:5] == ["refused", "needs remote code"], release
+        assert "of model type intern_s2_preview or interns2_mobius" in row[5]
+        assert "reads its head like ernie45-mtp" in row[5]
+
+
+def test_openpangus_mtp_class_fails_in_vllm_on_both_releases(fresh):
+    """Its MTP layer keeps DeepSeek's forward, which reads mtp_block.use_sequence_parallel_moe,
+    and builds OpenPangu's decoder layer, which never sets it (attribute_facts)."""
+    for release in drafter_tables.RELEASES:
+        row = rows(fresh(release))["OpenPanguMTPModel"]
+        assert row[3:5] == ["refused", "fails in vLLM"], release
+        assert "reads self.mtp_block.use_sequence_parallel_moe" in row[5]
+        assert "reads its head like deepseek-v3-mtp" in row[5]
+
+
+def test_glm5_next_mtp_cannot_build_on_a_cpu_on_both_releases(fresh):
+    """Its MTP layer asserts index_topk is set as it builds, and its MLA is then sparse, which
+    vLLM's CPU platform refuses (sparse_facts): no config of it builds here, a dense one neither."""
+    for release in drafter_tables.RELEASES:
+        row = rows(fresh(release))["Glm5NextMTPModel"]
+        assert row[3:5] == ["refused", "cannot build here"], release
+        assert "which asserts config.index_topk is not None" in row[5]
+        assert "get_attn_backend_cls raises for use_sparse" in row[5]
+        assert "reads its head like glm-ocr-mtp" in row[5]
+
+
+def test_longcat_flash_mtp_cannot_run_on_a_cpu_on_both_releases(fresh):
+    """Its target routes every MoE layer through zero experts, and vLLM's zero-expert router
+    calls torch.ops._moe_C.topk_softmax, which neither CPU build registers (target_facts)."""
+    for release in drafter_tables.RELEASES:
+        row = rows(fresh(release))["LongCatFlashMTPModel"]
+        assert row[3:5] == ["refused", "cannot run here"], release
+        assert "routes its experts through zero experts" in row[5]
+        assert "calls torch.ops._moe_C.topk_softmax" in row[5]
+        assert "reads its head like ernie45-mtp" in row[5]

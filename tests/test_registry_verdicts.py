@@ -54,13 +54,20 @@ NAMED = {
     "ExtractHiddenStatesModel": ("no head", None),
     "DSparkDraftModel": ("raises here", None),  # DeepSeek-V4's CPU class raises when built
     "Dots3NoteMTPModel": ("cannot import here", "deepseek-v3-mtp"),  # imports CUDA-only flash-attn
-    "OpenPanguMTPModel": ("reads like a family", "deepseek-v3-mtp"),  # no config in transformers
+    # Its MTP layer's forward (DeepSeek's) reads what its decoder layer never sets.
+    "OpenPanguMTPModel": ("fails in vLLM", "deepseek-v3-mtp"),
     # Its MLA splits kv_b_proj's weight after vLLM's CPU linear method dropped it (fails at load).
     "KimiK3MTPModel": ("cannot build here", "deepseek-v3-mtp"),
+    # Its MTP layer needs index_topk, which makes its attention sparse, which a CPU refuses.
+    "Glm5NextMTPModel": ("cannot build here", "glm-ocr-mtp"),
+    # Its target routes every MoE layer through zero experts, whose router calls a CUDA kernel.
+    "LongCatFlashMTPModel": ("cannot run here", "ernie45-mtp"),
     "EagleCohereForCausalLM": ("embedding head", None),
     "InklingMTPModel": ("logits changed", None),  # its own GEMM over lm_head.weight
     # Its candidates are the head's top-k less the whole row's logsumexp.
     "LiLiCorrDraftModel": ("log-probability candidates", None),
+    # vLLM names it only for model types whose config class is the checkpoint's own code.
+    "InternS2MobiusMTP": ("needs remote code", "ernie45-mtp"),
 }
 
 
@@ -92,6 +99,136 @@ def test_a_class_whose_attention_reads_a_weight_vllms_cpu_gemm_dropped_cannot_bu
     # The MLA drafters whose attention is vLLM's own MLAAttention (which keeps it) build here.
     for architecture in ("DeepSeekMTPModel", "Glm4MoeLiteMTPModel", "HYV4MTPModel"):
         assert verdicts[architecture].kind != "cannot build here"
+
+
+def test_a_drafter_that_needs_sparse_attention_cannot_build_on_a_cpu(registry):
+    """GLM-5 Next's MTP layer asserts config.index_topk is not None as it builds (a dense
+    config, which its target could run with here, fails to build it), and its MLA is sparse
+    whenever index_topk is set, which vLLM's CPU platform refuses. Read from the source; no
+    served class, nor DeepSeek's MTP class (its V3.2 top-k buffer is built under an if), needs
+    it."""
+    from draft_head_fp8.vllm_plugin import class_source, sparse_facts
+
+    _, verdicts = registry
+    reason = verdicts["Glm5NextMTPModel"].reason
+    assert reason.startswith(
+        "vLLM cannot build it on this platform (vllm.models.glm5next.common.mtp:"
+        "Glm5NextMultiTokenPredictorLayer.__init__"
+    )
+    assert "which asserts config.index_topk is not None, so a config without it fails" in reason
+    assert "(vllm.models.glm5next.common.attention:Glm5NextMLAAttention: is_sparse=" in reason
+    assert "attention selector refuses (get_attn_backend_cls raises for use_sparse)" in reason
+    assert sparse_facts._refuses_sparse()
+    layer = class_source.find_class(
+        "vllm.models.glm5next.common.mtp", "Glm5NextMultiTokenPredictorLayer"
+    )
+    assert sparse_facts.needs_mark(layer) is not None
+    # DeepSeek V2's MLA is sparse only for a V3.2 config and builds without index_topk.
+    deepseek = class_source.find_class(
+        "vllm.model_executor.models.deepseek_v2", "DeepseekV2MLAAttention"
+    )
+    assert sparse_facts.needs_mark(deepseek) is None
+    for architecture, v in verdicts.items():
+        if v.status == SERVED or architecture == "DeepSeekMTPModel":
+            ref = class_source.find_class(*v.vllm_class.split(":"))
+            assert sparse_facts.sparse_error(class_source.lineage(ref)) is None
+
+
+def test_an_mtp_drafter_whose_target_routes_through_a_kernel_the_build_lacks_cannot_run(registry):
+    """LongCat Flash's MTP layer is plain (a dense DeepSeek decoder layer), but it drafts beside
+    its target, whose every MoE layer asserts zero experts and hands them to vLLM's MoE factory;
+    vLLM's router factory picks its zero-expert router before its CPU router, and that router's
+    softmax branch calls torch.ops._moe_C.topk_softmax, which this CPU build lacks. Read from the
+    source; a served class's target says nothing of the kind."""
+    from draft_head_fp8.vllm_plugin import class_source, target_facts
+
+    _, verdicts = registry
+    assert verdicts["LongCatFlashMTPModel"].reason.startswith(
+        "vLLM cannot run it on this platform: its source calls a compiled operator this build "
+        "lacks (its target's model file, vllm.model_executor.models.longcat_flash, builds "
+        "vllm.model_executor.models.longcat_flash:LongcatMoe, which always routes its experts "
+        "through zero experts (zero_expert_type asserted set), and vLLM's router factory picks "
+        "its ZeroExpertRouter for them before its CPU router; for the target's scoring function "
+        "(softmax) that router calls torch.ops._moe_C.topk_softmax, which this vLLM build's "
+        "compiled kernels do not register"
+    )
+    assert target_facts.registered("_moe_C", "topk_softmax") is False
+    assert target_facts.routing_ops("ZeroExpertRouter", "sigmoid") == [("_moe_C", "topk_sigmoid")]
+    assert target_facts.routing_ops("ZeroExpertRouter", "no such scoring") == []
+    # DeepSeek V2's MoE has no zero experts (its router is the CPU one here).
+    assert target_facts.zero_expert_moe("vllm.model_executor.models.deepseek_v2") is None
+    for v in verdicts.values():
+        if v.status == SERVED:
+            ref = class_source.find_class(*v.vllm_class.split(":"))
+            assert target_facts.target_kernel_error(class_source.lineage(ref)) is None
+
+
+def test_a_drafter_vllm_names_only_for_model_types_no_class_reads_needs_remote_code(registry):
+    """Intern-S2-Mobius's MTP class: vLLM's draft-config rewrite names it only for a config of
+    type intern_s2_preview or interns2_mobius, which neither transformers nor vLLM reads; a
+    config of a type transformers reads (qwen3_5_moe, Mobius's text keys kept as extra keys),
+    naming Mobius's target, is rewritten to Qwen3.5's MoE MTP class, never to Mobius's."""
+    from transformers import AutoConfig, Qwen3_5MoeConfig
+    from vllm.config.speculative import SpeculativeConfig
+
+    _, verdicts = registry
+    reason = verdicts["InternS2MobiusMTP"].reason
+    assert reason.startswith(
+        "vLLM drafts with it only from a config no class here reads (vLLM's SpeculativeConfig."
+        "hf_config_override names it for a draft config only from a checkpoint config of model "
+        "type intern_s2_preview or interns2_mobius, and neither transformers nor vLLM has a "
+        "config class for any of them"
+    )
+    assert "reads its head like ernie45-mtp" in reason
+    text = dict(
+        layer_types=["linear_attention", "full_attention"], num_hidden_layers=2, num_blocks=1,
+        mtp_num_hidden_layers=1, mtp_num_experts=4, mtp_num_experts_per_tok=2,
+    )  # fmt: skip
+    config = Qwen3_5MoeConfig(text_config=text)
+    config.architectures = ["InternS2MobiusForConditionalGeneration"]
+    draft = SpeculativeConfig.hf_config_override(config)
+    assert draft.architectures == ["Qwen3_5MoeMTP"]
+    assert draft.get_text_config().num_blocks == 1  # Mobius's keys kept, not read as Mobius
+    for model_type in ("interns2_mobius", "intern_s2_preview"):
+        with pytest.raises(ValueError, match="Unrecognized model identifier"):
+            AutoConfig.for_model(model_type)
+    # Every served MTP class is named for a type a class reads (Qwen3.5's MoE class for
+    # qwen3_5_moe as well as for Mobius's types).
+    from draft_head_fp8.vllm_plugin import config_facts
+
+    assert "interns2_mobius" in config_facts.model_types_reaching("Qwen3_5MoeMTP")
+    assert all(config_facts.config_error(a) is None for a in SERVED_BY if a in verdicts)
+
+
+def test_a_drafter_whose_forward_reads_what_a_module_it_builds_never_sets_fails_in_vllm(registry):
+    """OpenPangu's MTP layer replaces DeepSeek's __init__ (nn.Module.__init__, then its own
+    decoder layer as mtp_block) and keeps DeepSeek's forward, which reads
+    mtp_block.use_sequence_parallel_moe: set by DeepSeek's decoder layer, never by OpenPangu's
+    (issue 43: vLLM 0.34 fails at the first draft step, flag off). DeepSeek's own MTP class,
+    whose decoder layer sets it, and every served class, read nothing of the kind."""
+    from draft_head_fp8.vllm_plugin import attribute_facts, class_source
+
+    _, verdicts = registry
+    assert verdicts["OpenPanguMTPModel"].reason.startswith(
+        "vLLM's own code fails when it drafts with it, on any platform (vllm.model_executor."
+        "models.deepseek_mtp:DeepSeekMultiTokenPredictorLayer.forward, which vllm."
+        "model_executor.models.openpangu_mtp:OpenPanguMultiTokenPredictorLayer runs, reads "
+        "self.mtp_block.use_sequence_parallel_moe, and vllm.model_executor.models.openpangu:"
+        "OpenPanguDecoderLayer, which it builds as mtp_block, never sets "
+        "use_sequence_parallel_moe"
+    )
+    pangu = class_source.find_class("vllm.model_executor.models.openpangu", "OpenPanguDecoderLayer")
+    deepseek = class_source.find_class(
+        "vllm.model_executor.models.deepseek_v2", "DeepseekV2DecoderLayer"
+    )
+    assert attribute_facts.never_sets(pangu, "use_sequence_parallel_moe")
+    assert not attribute_facts.never_sets(deepseek, "use_sequence_parallel_moe")
+    assert not attribute_facts.never_sets(pangu, "mlp")  # what it does set
+    assert not attribute_facts.never_sets(pangu, "training")  # torch's module has it
+    for architecture, v in verdicts.items():
+        if v.status == SERVED or architecture == "DeepSeekMTPModel":
+            ref = class_source.find_class(*v.vllm_class.split(":"))
+            assert attribute_facts.attribute_error(class_source.lineage(ref)) is None
 
 
 def test_every_dspark_class_is_served_picking_after_its_term_or_says_why_not(registry):

@@ -125,6 +125,11 @@ def test_the_record_says_what_each_mode_guarantees():
     assert "may differ" in guarantee(0, "greedy")
     assert "BF16 head's whenever it is among the FP8 top-4" in guarantee(4, "greedy")
     assert "not exactly BF16's" in guarantee(4, "probabilistic")
+    # A top-K reader (DFlash2's selector) reads only the K exact values: probabilistic drafting
+    # is exact too, once certified; uncertified it says what any rescoring says.
+    top = guarantee(4, "probabilistic", certified=True, top_k=8)
+    assert "best 8, ids and values, always" in top and "not exactly" not in top
+    assert "not exactly BF16's" in guarantee(4, "probabilistic", certified=False, top_k=8)
 
 
 def test_it_traces_whole_without_a_host_sync():

@@ -148,6 +148,10 @@ KIND_CASES = {
                                import_error="ImportError: needs the CUDA flash attention"),
     "cannot build here": dict(logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,),
                               build_error="its attention drops a weight it reads"),
+    "fails in vLLM": dict(logits_heads=(MTP_LAYERS,), heads=(MTP_LAYERS,),
+                          attribute_error="its forward reads what a layer lacks"),
+    "needs remote code": dict(logits_heads=("lm_head",), heads=("lm_head",),
+                              config_error="only a config of a type no class reads"),
     "cannot draft here": dict(logits_heads=("lm_head",), lineage=("DFlashQwen3ForCausalLM",),
                               has_own_lm_head="False",
                               draft_error="its hook reads a dropped weight"),
@@ -234,6 +238,43 @@ def test_a_class_vllm_cannot_build_here_says_why_and_how_it_reads_its_head():
     markov = verdict(**KIND_CASES["markov term"], build_error="x")
     assert markov.kind == "cannot build here" and "adds a low-rank Markov term" in markov.reason
     assert verdict(**KIND_CASES["embedding head"], build_error="x").kind == "embedding head"
+
+
+def test_a_class_vllm_drafts_only_from_remote_code_says_so_before_all_else_from_the_source():
+    """Intern-S2-Mobius's MTP class (config_facts): no config a class here reads gets vLLM to
+    draft with it, so nothing of it can be built here; what would serve it follows."""
+    v = verdict(**KIND_CASES["needs remote code"])
+    assert (v.status, v.kind, v.family) == (REFUSED, "needs remote code", "ernie45-mtp")
+    assert v.reason == (
+        "vLLM drafts with it only from a config no class here reads (only a config of a type no "
+        "class reads): nothing can be built or proven here without that code; read from its "
+        "source, it reads its head like ernie45-mtp (the target's, shared (an MTP share): "
+        "lm_head), the share the plugin already proves: not yet served: needs a family record, "
+        "a tiny checkpoint and an engine test"
+    )
+    for other in ("build_error", "kernel_error", "draft_error"):
+        both = verdict(**KIND_CASES["needs remote code"], **{other: "x"})
+        assert both.kind == "needs remote code"
+    # Not a candidate for serving: its own reason stays (an embedding head is never served).
+    assert verdict(**KIND_CASES["embedding head"], config_error="x").kind == "embedding head"
+
+
+def test_a_class_whose_forward_reads_what_its_module_lacks_fails_in_vllm_on_any_platform():
+    """OpenPangu's MTP class (attribute_facts): what fails on every platform comes before what
+    fails on this one; a config only remote code reads comes first of all."""
+    v = verdict(**KIND_CASES["fails in vLLM"])
+    assert (v.status, v.kind, v.family) == (REFUSED, "fails in vLLM", "deepseek-v3-mtp")
+    assert v.reason == (
+        "vLLM's own code fails when it drafts with it, on any platform (its forward reads what a "
+        "layer lacks): nothing can be proven with it; read from its source, it reads its head "
+        "like deepseek-v3-mtp (the target's, shared (an MTP share): model.layers[].shared_head."
+        "head), the share the plugin already proves: not yet served: needs a family record, a "
+        "tiny checkpoint and an engine test"
+    )
+    for later in ("build_error", "kernel_error", "draft_error"):
+        assert verdict(**KIND_CASES["fails in vLLM"], **{later: "x"}).kind == "fails in vLLM"
+    assert verdict(**KIND_CASES["fails in vLLM"], config_error="x").kind == "needs remote code"
+    assert verdict(**KIND_CASES["no head"], attribute_error="x").kind == "no head"
 
 
 def test_a_block_drafter_that_builds_here_but_cannot_draft_says_so_before_the_engine_test():

@@ -23,6 +23,16 @@ KINDS: dict[str, tuple[str, str]] = {
         "vLLM's model file for it does not import on this platform ({error}): nothing can be "
         "built or proven here; read from its source, it {inner}",
     ),
+    "needs remote code": (
+        REFUSED,
+        "vLLM drafts with it only from a config no class here reads ({error}): nothing can be "
+        "built or proven here without that code; read from its source, it {inner}",
+    ),
+    "fails in vLLM": (
+        REFUSED,
+        "vLLM's own code fails when it drafts with it, on any platform ({error}): nothing can "
+        "be proven with it; read from its source, it {inner}",
+    ),
     "cannot build here": (
         REFUSED,
         "vLLM cannot build it on this platform ({error}): nothing can be built or proven here; "

@@ -55,6 +55,8 @@ class ClassFacts:
     read: bool = True  # whether the class's source was found and read
     lineage: tuple[str, ...] = ()  # the class and its vLLM bases, by name
     import_error: str | None = None  # why vLLM cannot import its model file here
+    config_error: str | None = None  # why no config a class here reads makes vLLM draft with it
+    attribute_error: str | None = None  # what its forward reads that a module it builds lacks
     build_error: str | None = None  # why, read from its source, vLLM cannot build it here
     kernel_error: str | None = None  # the compiled operator its model files call, absent here
     draft_error: str | None = None  # why, read from its source, it builds here but cannot draft
@@ -334,8 +336,11 @@ def judge(
 
 def _source_error(facts: ClassFacts) -> tuple[str, str] | None:
     """What, read from its source, keeps vLLM from building, running or drafting with the class
-    here (the first of these), as (kind, error)."""
+    here (the first of these, what holds on every platform before what holds on this one), as
+    (kind, error)."""
     for kind, error in (
+        ("needs remote code", facts.config_error),
+        ("fails in vLLM", facts.attribute_error),
         ("cannot build here", facts.build_error),
         ("cannot run here", facts.kernel_error),
         ("cannot draft here", facts.draft_error),

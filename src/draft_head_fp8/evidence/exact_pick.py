@@ -25,11 +25,21 @@ ROWS_FROM_TARGET_HEAD = "target_lm_head"  # the target head's weight, shared
 ROWS_SOURCES = (ROWS_FROM_DRAFT, ROWS_FROM_TARGET_HEAD)
 
 
-def guarantee(k: int, draft_sample_method: Any, certified: bool = False) -> str:
+def guarantee(
+    k: int, draft_sample_method: Any, certified: bool = False, top_k: int | None = None
+) -> str:
     """What the mode guarantees, in one sentence, for the start-up log and the record. "Always"
-    only where the certificate is on, with what it rests on (docs/certificate.md)."""
+    only where the certificate is on, with what it rests on (docs/certificate.md). A top-K reader
+    (``top_k``) reads no probability from the tail: its K values are the BF16 head's, so what it
+    drafts is exact however it samples (``top_k_rows``)."""
     if k == 0:
         return "plain FP8 logits: draft tokens may differ from the BF16 head's"
+    if top_k is not None and certified:
+        return (
+            f"top-{top_k} drafting: every candidate set the drafter reads is the BF16 head's "
+            f"best {top_k}, ids and values, always (certified, or the row as vLLM's own BF16 "
+            "head computes it where a tie decides the set), greedy or probabilistic"
+        )
     greedy = str(draft_sample_method or "greedy") == "greedy"
     if greedy and certified:
         return (
@@ -79,7 +89,12 @@ def pick_record(
         "top_k": k,
         "rows_source": rows_source,
         "draft_sample_method": str(draft_sample_method or "greedy"),
-        "guarantee": guarantee(k, draft_sample_method, bool(getattr(method, "certified", False))),
+        "guarantee": guarantee(
+            k,
+            draft_sample_method,
+            bool(getattr(method, "certified", False)),
+            getattr(method, "top_k", None),
+        ),
         "rows": tensor_snapshot(rows),
         "real_rows": getattr(method, "real_rows", None),
         # The tensor provenance hashed at load, still: its storage and shape, unchanged.

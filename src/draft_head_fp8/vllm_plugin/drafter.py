@@ -202,7 +202,12 @@ class DraftHeadFp8Drafter:
             type(method.fp8_linear).__name__,
             method.weight_layout,
             plan.head.tensor,
-            guarantee(method.rescore_k, plan.draft_sample_method, method.certified),
+            guarantee(
+                method.rescore_k,
+                plan.draft_sample_method,
+                method.certified,
+                getattr(method, "top_k", None),
+            ),
         )
 
     def _suppressed_tokens(self) -> list[int]:

@@ -14,10 +14,14 @@ from collections.abc import Iterator
 from draft_head_fp8.verdicts import ClassFacts
 from draft_head_fp8.vllm_plugin import (
     after_head_facts,
+    attribute_facts,
     backend_facts,
     build_facts,
     class_source,
+    config_facts,
     kernel_facts,
+    sparse_facts,
+    target_facts,
     term_facts,
 )
 from draft_head_fp8.vllm_plugin.class_source import ClassRef
@@ -370,8 +374,12 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         vllm_class=ref.qualified,
         lineage=tuple(r.name for r in chain),
         raises=raises(chain),
-        build_error=build_facts.build_error(chain),
-        kernel_error=kernel_facts.kernel_error(chain) or backend_facts.backend_error(chain),
+        config_error=config_facts.config_error(architecture),
+        attribute_error=attribute_facts.attribute_error(chain),
+        build_error=build_facts.build_error(chain) or sparse_facts.sparse_error(chain),
+        kernel_error=kernel_facts.kernel_error(chain)
+        or target_facts.target_kernel_error(chain)
+        or backend_facts.backend_error(chain),
         draft_error=build_facts.draft_error(chain),
         compute_logits=defined,
         logits_heads=heads_read,

@@ -27,8 +27,10 @@ def announce_choices(method: Any, plan: Any) -> None:
     """On stderr, what makes this head slower or less exact than it could be."""
     if method.kernel is not None and method.kernel.warning:
         announce_warning(method.kernel.warning)
-    if plan.draft_sample_method != "greedy":
-        # Exact picks are exact draft tokens only when the draft token is an argmax.
+    top_k = getattr(method, "top_k", None)
+    if plan.draft_sample_method != "greedy" and not (top_k is not None and method.certified):
+        # Exact picks are exact draft tokens only when the draft token is an argmax, or when the
+        # drafter reads nothing but the head's exact top-K (top_k_rows).
         announce_warning(guarantee(method.rescore_k, plan.draft_sample_method, method.certified))
 
 

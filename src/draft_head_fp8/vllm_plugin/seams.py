@@ -144,6 +144,9 @@ SEAMS = (
          "exit after its SIGTERM before it kills the process tree (shutdown_grace: the "
          "end-of-serving record is written then)",
          _same("vllm.v1.engine.utils:get_engine_process_shutdown_timeout")),
+    Seam("config_registry", "vLLM's own config classes by model type, beside transformers': "
+         "a drafter vLLM names only for model types neither has needs remote code",
+         _same("vllm.transformers_utils.config:_CONFIG_REGISTRY")),
     Seam("kernel_ops", "torch's operator namespaces once vLLM's custom ops are imported (which "
          "loads this build's compiled kernels): a drafter's model file that calls an operator "
          "not there cannot run here", _same("vllm._custom_ops:torch.ops")),
@@ -253,6 +256,9 @@ TERM_PICK_METHODS = (
 # vLLM's DSpark speculator, whose source says what else it asks of a drafter, where the drafter
 # has it (``hasattr``/``getattr`` on its model): read with ``ast`` (``term_facts``), not imported.
 DSPARK_SPECULATOR = _same("vllm.v1.worker.gpu.spec_decode.dspark.speculator:DSparkSpeculator")
+# vLLM's rewrite of a checkpoint's config into its draft config, whose source says from which
+# model types it names each MTP drafter: read with ``ast`` (``config_facts``), not imported.
+DRAFT_CONFIG_REWRITE = _same("vllm.config.speculative:SpeculativeConfig.hf_config_override")
 
 
 class SeamMissing(AttributeError):

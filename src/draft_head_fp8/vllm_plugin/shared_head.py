@@ -98,7 +98,12 @@ def make_private_head(
         type(method).__name__,
         type(method.fp8_linear).__name__,
         method.weight_layout,
-        guarantee(method.rescore_k, plan.draft_sample_method, method.certified),
+        guarantee(
+            method.rescore_k,
+            plan.draft_sample_method,
+            method.certified,
+            getattr(method, "top_k", None),
+        ),
         describe_paths(method.diagnostics.get("batch_paths") or {}),
     )
     announce_choices(method, plan)
