@@ -157,6 +157,30 @@ def test_the_last_dspark_classes_on_034_say_what_keeps_each_from_being_served_he
     assert "it adds a low-rank Markov term" in new["MistralLarge4DSparkModel"][5]
 
 
+def test_step_35s_mtp_is_served_and_step_5s_says_why_it_cannot_run_here(fresh):
+    """Issue 43: Step 3.5's MTP keeps a head per MTP layer and is served (every head proven);
+    Step 5's MTP keeps its heads alike, but vLLM 0.34 builds its NVIDIA implementation on a CPU
+    (``vllm/models/step5/__init__.py`` picks AMD's on ROCm only), whose decoder layer pins its
+    attention to flash-attention backends whatever its config says, and this build binds no
+    flash-attention kernel: read from its source, never "the plugin proves one head"."""
+    new = rows(fresh("0.34"))
+    assert new["Step3p5MTP"][3:5] == ["served", "served"]
+    assert rows(fresh("0.32"))["Step3p5MTP"][3] == "served"
+    step5 = new["Step5MTP"]
+    assert step5[1] == "vllm.models.step5.nvidia.mtp:Step5MTP"
+    assert step5[4] == "cannot run here"
+    assert (
+        "vllm.models.step5.nvidia.model:Step5Attention, which it builds, pins its attention "
+        "layers to vllm.models.step5.nvidia.sparse_attention:Step5DSAAttentionBackend or "
+        "vllm.models.step5.nvidia.sparse_attention:Step5SplitKVFlashAttentionBackend "
+        "(attn_backend=), each a FlashAttentionBackend"
+    ) in step5[5]
+    assert "several heads per drafter are served for step3p5-mtp (Step3p5MTP)" in step5[5]
+    assert "proves one head per drafter" not in step5[5]
+    # OpenPangu builds its flash-pinned sink attention only for configs that ask for it.
+    assert "pins its attention layers" not in new["OpenPanguMTPModel"][5]
+
+
 def test_intern_s2_mobius_mtp_is_served_on_both_releases(fresh):
     """vLLM 0.34 and 0.32 name InternS2MobiusMTP for a draft config only from a config of type
     intern_s2_preview or interns2_mobius, which only a checkpoint's own config code makes

@@ -65,7 +65,6 @@ NAMED = {
     "LongCatFlashMTPModel": ("cannot run here", "ernie45-mtp"),
     "EagleCohereForCausalLM": ("embedding head", None),
     "InklingMTPModel": ("logits changed", None),  # its own GEMM over lm_head.weight
-    "Step3p5MTP": ("own heads per layer", None),
     # Its candidates are the head's top-k less the whole row's logsumexp.
     "LiLiCorrDraftModel": ("log-probability candidates", None),
 }

@@ -76,6 +76,7 @@ BY_CLASS = {
     "MiMoV2OmniMTP": MTP_LM_HEAD,
     "Qwen4ExpMTP": MTP_LM_HEAD,
     "InternS2MobiusMTP": MTP_LM_HEAD,
+    "Step3p5MTP": dataclasses.replace(MTP_SHARED, has_own_lm_head="True"),
     "EagleLlamaForCausalLM": EAGLE1,
     "EagleMistralForCausalLM": dataclasses.replace(EAGLE1, has_own_lm_head="False"),
     "EagleLlama4ForCausalLM": EAGLE1,
@@ -195,8 +196,16 @@ def test_the_reasons_by_kind_exactly():
         "and an engine test"
     )
     assert verdict(**KIND_CASES["several heads"]).reason == (
-        "drafts through several heads (lm_heads[]): the plugin proves one head per drafter; "
-        "serving it needs every head quantized, rescored and proven"
+        "drafts through several heads (lm_heads[]): the plugin proves the head each draft step "
+        "reads (the drafter's one head, or one per draft layer: step3p5-mtp (Step3p5MTP)), not "
+        "several heads read together; serving it needs every head quantized, rescored and proven"
+    )
+    assert verdict(**KIND_CASES["own heads per layer"]).reason == (
+        "keeps a head of its own in each draft layer (model.layers[].shared_head.head; "
+        "has_own_lm_head True): several heads per drafter are served for step3p5-mtp "
+        "(Step3p5MTP) only (each layer's head FP8 from its own checkpoint tensor, each pick "
+        "certified against that head's BF16 rows, each head proven in the receipt), not for this "
+        "class: needs a family record, a tiny checkpoint and an engine test"
     )
     assert verdict(**KIND_CASES["reads like a family"]).reason == (
         "reads its head like bailing-v25-mtp (the target's, shared (an MTP share): lm_head, "

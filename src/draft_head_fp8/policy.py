@@ -131,6 +131,7 @@ def eligibility(
     draft_vocab_size: int | None = None,
     vocab_size: int | None = None,
     own_head: bool = False,
+    layer_heads: bool = False,
 ) -> Eligibility:
     """The first failing rule's reason, or ``eligible`` (docs/contract.md, "Policy").
 
@@ -140,15 +141,14 @@ def eligibility(
     quant method yet: ``head_quant_method``); ``draft_vocab_size`` / ``vocab_size`` when the
     drafter has a vocabulary of its own (EAGLE-3); ``own_head`` when the head is the drafter's
     own untied ``lm_head``, loaded from its own checkpoint (EAGLE-3): its vocabulary is its own and
-    its FP8 copy a new Parameter, so neither the own-vocabulary rule nor the tie rule applies.
+    its FP8 copy a new Parameter, so neither the own-vocabulary rule nor the tie rule applies;
+    ``layer_heads`` when it is one of the heads a drafter keeps per draft layer (Step3p5MTP).
     """
     spec = online_quant_spec(quant_config)
-    # The rules in the contract's order: first whether this layer is the draft's LM head on the
-    # expected scheme at all, then whether that head can be served in FP8.
+    classes = (parallel_lm_head_type, parallel_lm_head_class)
+    # The contract's order: is this the draft's LM head on the scheme asked for; can it be FP8.
     reason = (
-        _layer_rule(
-            enabled, role, layer, prefix, spec, parallel_lm_head_type, parallel_lm_head_class
-        )
+        _layer_rule(enabled, role, layer, prefix, spec, *classes, layer_heads)
         or _head_rule(
             ordered_embeddings=ordered_embeddings,
             tie_word_embeddings=tie_word_embeddings,
@@ -159,6 +159,7 @@ def eligibility(
             draft_vocab_size=draft_vocab_size,
             vocab_size=vocab_size,
             own_head=own_head,
+            layer_heads=layer_heads,
         )
         or "eligible"
     )
@@ -182,6 +183,7 @@ def _layer_rule(
     spec: str | None,
     parallel_lm_head_type: type | None,
     parallel_lm_head_class: type | None,
+    layer_heads: bool = False,
 ) -> str | None:
     """The first rule about the layer that fails (None: it is the draft's LM head, asked for)."""
     if not enabled:
@@ -190,7 +192,8 @@ def _layer_rule(
         return "role is not draft"
     if not is_lm_head(layer, parallel_lm_head_type, parallel_lm_head_class):
         return "layer is not ParallelLMHead"
-    if _last_component(prefix) != "lm_head":
+    # A draft layer's own head is named ``head`` (``shared_head.head``), the drafter's ``lm_head``.
+    if _last_component(prefix) != ("head" if layer_heads else "lm_head"):
         return "prefix is not an LM head"
     if spec != EXPECTED_ONLINE_SPEC:
         return f"online spec {spec!r} is not {EXPECTED_ONLINE_SPEC!r}"
@@ -208,11 +211,17 @@ def _head_rule(
     draft_vocab_size: int | None,
     vocab_size: int | None,
     own_head: bool = False,
+    layer_heads: bool = False,
 ) -> str | None:
     """The first rule about the head's bytes that fails (None: an FP8 copy can serve it)."""
     if ordered_embeddings:
         # Centroid heads gather rows of lm_head.weight directly; an FP8 weight cannot serve that.
         return "ordered embeddings bypass LogitsProcessor.quant_method.apply"
+    if layer_heads:
+        # A draft layer's own head (Step3p5MTP): loaded from its own tensor and kept by vLLM
+        # whatever it holds (its proposer compares only a top-level lm_head with the target's),
+        # so neither the tie rule nor the whole-vocabulary rule applies.
+        return _dtype_rule(head_dtype, model_dtype)
     if own_head:
         return _own_head_rule(draft_vocab_size, vocab_size, head_dtype, model_dtype)
     if draft_vocab_size is not None and vocab_size is not None and draft_vocab_size != vocab_size:
@@ -259,6 +268,10 @@ def _own_head_rule(
         return "draft head of its own without a known draft and target vocabulary size"
     if draft_vocab_size == vocab_size:
         return own_head_over_whole_vocabulary(draft_vocab_size)
+    return _dtype_rule(head_dtype, model_dtype)
+
+
+def _dtype_rule(head_dtype: Any, model_dtype: Any) -> str | None:
     if head_dtype is not None and model_dtype is not None and str(head_dtype) != str(model_dtype):
         return "custom FP8 head requires head dtype aligned with hidden dtype"
     return None

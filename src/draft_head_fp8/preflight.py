@@ -247,12 +247,14 @@ def check_assistant(
     head = family.head_in(assistant_dir)
     serving = serving_dtype(assistant, target, dtype)
     inputs = _policy_inputs(family.head_policy_inputs(assistant_config, head), assistant, target)
+    # The head judged: ``lm_head``, or the first of the heads a drafter keeps per draft layer.
+    paths = [path for path, _ in family.heads_in(assistant_config, head)]
     decision = eligibility(
         layer=None,
         # The scheme the plugin always asks for: vLLM's fp8_per_tensor shorthand.
         quant_config=SimpleNamespace(args=SimpleNamespace(linear=EXPECTED_ONLINE_SPEC)),
         role="draft",
-        prefix="lm_head",
+        prefix=paths[0] if paths else "lm_head",
         enabled=True,  # the question is what the flag would do
         # vLLM builds the draft, its head included, in the serving dtype, whatever the draft's.
         head_dtype=serving,
@@ -271,7 +273,16 @@ def check_assistant(
     if machine_refusal:
         result.device_problems.append(machine_refusal)
     _notes(result, target)
+    if family.layer_heads is not None:
+        result.notes.append(_several_heads(paths))
     return result
+
+
+def _several_heads(paths: list[str]) -> str:
+    return (
+        f"several heads: one per draft layer ({', '.join(paths)}), draft step s reading the "
+        f"(s mod {len(paths)})-th; each made FP8 from its own tensor and proven"
+    )
 
 
 def _draft_problems(family: Family, config: Any, folder: Any, target: Any) -> list[str]:

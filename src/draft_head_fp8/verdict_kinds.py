@@ -66,14 +66,16 @@ KINDS: dict[str, tuple[str, str]] = {
     ),
     "several heads": (
         REFUSED,
-        "drafts through several heads ({extra}): the plugin proves one head per drafter; "
-        "serving it needs every head quantized, rescored and proven",
+        "drafts through several heads ({extra}): the plugin proves the head each draft step "
+        "reads (the drafter's one head, or one per draft layer: {layered}), not several heads "
+        "read together; serving it needs every head quantized, rescored and proven",
     ),
     "own heads per layer": (
         REFUSED,
-        "keeps a head of its own in each draft layer ({extra}; has_own_lm_head {own}), which "
-        "vLLM shares with the target's only when equal: the plugin proves one head per drafter; "
-        "serving it needs every layer's head quantized, rescored and proven",
+        "keeps a head of its own in each draft layer ({extra}; has_own_lm_head {own}): several "
+        "heads per drafter are served for {layered} only (each layer's head FP8 from its own "
+        "checkpoint tensor, each pick certified against that head's BF16 rows, each head proven "
+        "in the receipt), not for this class: {needs}",
     ),
     "logits changed": (
         REFUSED,

@@ -37,7 +37,13 @@ PLATFORM_ERRORS = ("NotImplementedError", "CUDA", "GPU", "ROCm", "flash_attn", "
 # import it, what it lacks here comes first; where its source says it cannot build or draft
 # here, that comes first of these and of block drafting (which says the same: an engine test).
 _CANDIDATES = ("reads like a family", "same class", "parallel drafting", "not judged")
-_SOURCE_FIRST = (*_CANDIDATES, "block drafting", "markov term", "own draft steps")
+_SOURCE_FIRST = (
+    *_CANDIDATES,
+    "block drafting",
+    "markov term",
+    "own draft steps",
+    "own heads per layer",
+)
 
 
 @dataclass(frozen=True)
@@ -181,12 +187,13 @@ def _kind(facts: ClassFacts, served: Mapping[str, tuple[Family, ClassFacts]]) ->
     if markov:
         return "markov term", {"extra": ", ".join(markov)}
     if extras:
-        return "several heads", {"extra": ", ".join(extras)}
+        return "several heads", {"extra": ", ".join(extras), "layered": _served_layer_heads(served)}
     per_layer = [h for h in facts.logits_heads if "[]" in h]
     if _mode(facts) == "own" and per_layer:
         return "own heads per layer", {
             "extra": ", ".join(per_layer),
             "own": facts.has_own_lm_head,
+            "layered": _served_layer_heads(served),
         }
     if facts.logits_changes:
         return "logits changed", {"extra": "; ".join(facts.logits_changes)}
@@ -235,6 +242,16 @@ def _served_blocks(served: Mapping[str, tuple[Family, ClassFacts]]) -> str:
         f"{family.name} ({(theirs.vllm_class or '').rpartition(':')[2]})"
         for family, theirs in served.values()
         if _block_drafter(theirs) and theirs.vllm_class == next(iter(family.drafters.values()))
+    }
+    return ", ".join(sorted(found)) or "no family"
+
+
+def _served_layer_heads(served: Mapping[str, tuple[Family, ClassFacts]]) -> str:
+    """The served families with a head per draft layer, each with its class."""
+    found = {
+        f"{family.name} ({(theirs.vllm_class or '').rpartition(':')[2]})"
+        for family, theirs in served.values()
+        if family.layer_heads is not None
     }
     return ", ".join(sorted(found)) or "no family"
 

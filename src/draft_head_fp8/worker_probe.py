@@ -105,6 +105,8 @@ def observe(worker: Any) -> dict:
         "runner": describe(runner),
         # The certified pick's rows by stage so far (None: no certified FP8 head serves).
         "certificate": _certificate(modules.head),
+        # Each head's, where the drafter keeps one per draft layer (Step3p5MTP).
+        "certificates": {path: _certificate(m) for path, m in modules.draft_heads},
     }
 
 
@@ -181,6 +183,23 @@ def bf16_head_rows(family: Any, target_dir: str, assistant_dir: str) -> Any:
         return f.get_tensor(name).to(torch.bfloat16)
 
 
+def layer_head_rows(family: Any, drafter: Any, assistant_dir: str) -> dict[str, Any]:
+    """Each draft layer's BF16 head from the checkpoint, by the head's path in the drafter, where
+    the family keeps one per draft layer (Step3p5MTP); empty otherwise."""
+    import torch
+    from safetensors import safe_open
+
+    from draft_head_fp8.checkpoint import find_tensor
+
+    if family.layer_heads is None:
+        return {}
+    rows = {}
+    for path, name in family.layer_heads(drafter.config):
+        with safe_open(find_tensor(assistant_dir, name)[0], framework="pt") as f:
+            rows[path] = f.get_tensor(name).to(torch.bfloat16)
+    return rows
+
+
 def bf16_reference(bf16_head: Any, processor: Any) -> Any:
     """``(hidden_states, dtype) -> logits``: the BF16 head's logits from the checkpoint's own
     tensor, as vLLM's BF16 head and logits processor make them (float32 sums rounded to
@@ -243,8 +262,10 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
     processor = drafter.logits_processor if hasattr(drafter, "logits_processor") else None
     processor = processor or drafter.model.logits_processor
     reference = bf16_reference(bf16_head, processor)
-    stats = {"steps": 0, "agree": 0, "top_tokens": 0}
+    stats: dict = {"steps": 0, "agree": 0, "top_tokens": 0}
     block = _draft_tokens(worker) if family_of(drafter).drafts_block else None
+    # A drafter with a head per draft layer: each call compared with the head it was handed.
+    by_head = _references_by_head(drafter, assistant_dir, processor, stats)
 
     # At the logits processor, not compute_logits: some drafters transform the hidden states on
     # the way to the head (DeepSeek's MTP layer applies its shared_head norm first).
@@ -252,7 +273,9 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
         hidden_states = args[1] if len(args) > 1 else kwargs["hidden_states"]
         if logits is None:
             return
-        expected = reference(hidden_states, logits.dtype)
+        head = args[0] if args else kwargs["lm_head"]
+        expected, counts = by_head.get(id(head), (reference, None))
+        expected = expected(hidden_states, logits.dtype)
         served_logits = logits.cpu()
         vocab = min(expected.shape[-1], served_logits.shape[-1])
         # A suffix vLLM's drafter masks after the head (seen here before the mask) is never drafted.
@@ -262,10 +285,11 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
         stats["steps"] += int(same.numel())
         stats["agree"] += int(same.sum())
         if drafted < vocab:
-            head = args[0] if args else kwargs["lm_head"]
             probe_mask.count_masked(stats, expected[..., :vocab], drafted, head, hidden_states)
+        if counts is not None:
+            counts["steps"] += int(same.numel())
+            counts["agree"] += int(same.sum())
         if block is not None:  # one call holds whole blocks: counted per position too
-            head = args[0] if args else kwargs["lm_head"]
             plain = probe_block.plain_fp8_argmax(head, hidden_states, vocab)
             probe_block.count_block(stats, block, same, picks, plain)
 
@@ -285,6 +309,20 @@ def watch_draft_agreement(worker: Any, target_dir: str, assistant_dir: str) -> b
     drafter._draft_agreement_hook = processor.register_forward_hook(compare, with_kwargs=True)
     drafter._draft_agreement = stats
     return True
+
+
+def _references_by_head(drafter: Any, assistant_dir: str, processor: Any, stats: dict) -> dict:
+    """id(head module) -> (its BF16 reference, its counts in ``stats["by_head"]``), for every
+    draft layer's head (empty for a drafter with one head)."""
+    family = family_of(drafter)
+    rows = layer_head_rows(family, drafter, assistant_dir)
+    if not rows:
+        return {}
+    stats["by_head"] = {path: {"steps": 0, "agree": 0} for path in rows}
+    return {
+        id(drafter.get_submodule(path)): (bf16_reference(r, processor), stats["by_head"][path])
+        for path, r in rows.items()
+    }
 
 
 def load_weights(worker: Any, model: str, file: str, names: list[str]) -> list[str]:

@@ -66,8 +66,13 @@ def _decision_contradicts(r: Mapping, a: tuple[str, ...]) -> bool:
     return (
         r.get("ordered_embeddings") is not False
         or not _is(r.get("quant_spec"), EXPECTED_ONLINE_SPEC)
-        or not (type(prefix) is str and prefix.rsplit(".", 1)[-1] == "lm_head")
+        or not (type(prefix) is str and _names_a_head(prefix))
     )
+
+
+def _names_a_head(prefix: str) -> bool:
+    # A drafter's head, or one of the heads it keeps per draft layer (Step3p5MTP's).
+    return prefix.rsplit(".", 1)[-1] == "lm_head" or prefix.endswith(".shared_head.head")
 
 
 def _embedding_not_one_tensor(r: Mapping, a: tuple[str, ...]) -> bool:

@@ -78,16 +78,17 @@ def extend_to_v3(receipt: dict, head: Any, *, layout: str, stored_scale: Any) ->
     }
 
 
-def receipt_for_head(modules: Modules, *, decision: Any, phase: str) -> dict:
+def receipt_for_head(modules: Modules, *, decision: Any, phase: str, v3: bool = False) -> dict:
     """The receipt that says the truth about the draft head as it serves: v2 wherever v2 can (a
-    plain ``[hidden, vocab]`` weight, unsharded, with no vocab padding), else v3."""
+    plain ``[hidden, vocab]`` weight, unsharded, with no vocab padding), else v3; v3 always where
+    ``v3`` (a drafter with several heads: only v3 and later list them)."""
     head = modules.head
     method = getattr(head, "quant_method", None)
     layout = getattr(method, "weight_layout", LAYOUT_PLAIN)
     receipt = capture(modules, head=head, decision=decision, phase=phase)
     tp_size = call_or_none(lambda: int(head.tp_size)) or 1
     padded = receipt["head_partition_vocab_size"] != receipt["draft_config_vocab_size"]
-    if layout == LAYOUT_PLAIN and tp_size == 1 and not padded:
+    if layout == LAYOUT_PLAIN and tp_size == 1 and not padded and not v3:
         return receipt
     return extend_to_v3(
         receipt, head, layout=layout, stored_scale=getattr(method, "stored_scale", None)

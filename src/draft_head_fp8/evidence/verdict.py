@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from draft_head_fp8 import schemas
-from draft_head_fp8.evidence import RECEIPT_V2, RECEIPT_V3
+from draft_head_fp8.evidence import RECEIPT_V2, RECEIPT_V3, several_heads
 from draft_head_fp8.evidence.checks import validate_post_share_receipt
 from draft_head_fp8.evidence.checks_update import validate_post_update_receipt
 from draft_head_fp8.evidence.receipt_update import RECEIPT_V4
@@ -41,7 +41,8 @@ def receipt_verdict(document: Any) -> str | None:
             validate_post_share_receipt(document)
     except HeadFp8EligibilityError as exc:
         return str(exc)
-    return None
+    # A drafter with a head per draft layer: every head proven, each by its own receipt.
+    return several_heads.failure(document, receipt_verdict)
 
 
 def _schema(document: Any) -> str | None:

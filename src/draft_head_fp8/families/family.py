@@ -195,6 +195,12 @@ class Family:
     # config: DFlash2's candidate selector. The head then hands it exact top-K rows
     # (``top_k_rows``); None where it reads the argmax, or where the term's mixin decides.
     top_k: Callable[[Any], int | None] | None = None
+    # Where the drafter keeps a head of its own in each draft layer and picks one per draft step
+    # (Step3p5MTP: ``model.layers[N].shared_head.head``, spec step i the (i mod n)-th): from the
+    # draft's config, every such head as (its module path in the drafter, its checkpoint tensor),
+    # in draft-step order. Each is quantized, certified against its own rows and proven alone;
+    # None where every head reference is one head.
+    layer_heads: Callable[[Any], tuple[tuple[str, str], ...]] | None = None
 
     @property
     def shares_target_head(self) -> bool:
@@ -205,6 +211,8 @@ class Family:
         """The policy's family inputs for ``head``: a head tensor of the drafter's own (EAGLE-3's
         ``lm_head``) is neither the target's nor tied to an embedding."""
         inputs = self.policy_inputs(config)
+        if self.layer_heads is not None:  # heads of its own that vLLM never shares
+            return {**inputs, "shared_target_head": False, "layer_heads": True}
         if head.when == AT_LOAD and not head.tied_to_draft_embedding:
             inputs = {**inputs, "shared_target_head": False, "own_head": True}
         return inputs
@@ -214,6 +222,13 @@ class Family:
         after the head (``drafted_vocab``): never a candidate of the exact pick."""
         drafted = None if self.drafted_vocab is None else self.drafted_vocab(config)
         return range(vocab if drafted is None else min(int(drafted), vocab), vocab)
+
+    def heads_in(self, config: Any, head: HeadSource) -> tuple[tuple[str, HeadSource], ...]:
+        """Every head the drafter serves, by module path, each with where its bytes come from:
+        one per draft layer (``layer_heads``), else ``head`` at ``lm_head``."""
+        if self.layer_heads is None:
+            return (("lm_head", head),)
+        return tuple((path, replace(head, tensor=t)) for path, t in self.layer_heads(config))
 
     def head_in(self, draft_folder: str | Path | None) -> HeadSource:
         """The head the draft in ``draft_folder`` reads (``head`` without a folder to look at)."""

@@ -17,6 +17,7 @@ What is decided at construction depends on when the head's bytes exist (the fami
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +116,7 @@ class DraftHeadFp8Drafter:
         self._target_config = vllm_config.model_config
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         self.head_decision: Any = None
+        self.head_decisions: dict[str, Any] = {}  # by head path, where the drafter has several
         try:
             self._prepare(vllm_config)
         except Exception as exc:
@@ -155,36 +157,51 @@ class DraftHeadFp8Drafter:
         )
 
     def _choose_own_head(self, vllm_config: VllmConfig, head: HeadSource) -> None:
+        """Every head of the drafter's own (one, or one per draft layer: ``Family.layer_heads``),
+        each judged by the policy; FP8 for all of them or for none."""
+        chosen = []
+        for path, source in self.family.heads_in(self.config, head):
+            layer = self.get_submodule(path)
+            method, decision = self._select(vllm_config, layer, source)
+            chosen.append((path, layer, source, method, decision))
+            if method is None:  # one head refused: every head stays as vLLM serves it
+                self.head_decision = decision
+                return
+        self.head_decisions = {path: decision for path, _, _, _, decision in chosen}
+        self.head_decision = chosen[0][4]
+        plan = head_plan(self.family, vllm_config, head, self._target_config)
+        for _, layer, source, method, _ in chosen:
+            self._check_seam(layer, source)
+            self._install(method, layer, replace(plan, head=source))
+        post_share.arm(self, vllm_config, plan)
+        announce_choices(chosen[0][3], plan)
+
+    def _select(self, vllm_config: VllmConfig, layer: Any, head: HeadSource) -> Any:
         draft_config = vllm_config.speculative_config.draft_model_config
-        method, decision = select_draft_head_method(
-            layer=self.lm_head,
+        return select_draft_head_method(
+            layer=layer,
             quant_config=fp8_head_quant_config(),
             role="draft",
-            prefix=self.lm_head.prefix,
+            prefix=layer.prefix,
             enabled=env_enabled(),
-            head_dtype=self.lm_head.weight.dtype,
+            head_dtype=layer.weight.dtype,
             model_dtype=draft_config.dtype,
             **self.family.head_policy_inputs(self.config, head),
         )
-        self.head_decision = decision
-        if method is None:
-            return
-        self._check_seam(head)
-        plan = head_plan(self.family, vllm_config, head, self._target_config)
-        checkpoint = checkpoint_of(
-            plan.checkpoint_dir, self.lm_head, self.lm_head.weight.dtype, plan.head.tensor
-        )
+
+    def _install(self, method: Any, layer: Any, plan: HeadPlan) -> None:
+        checkpoint = checkpoint_of(plan.checkpoint_dir, layer, layer.weight.dtype, plan.head.tensor)
         method.install(
-            self.lm_head, plan, checkpoint=checkpoint, suppress_tokens=self._suppressed_tokens()
+            layer, plan, checkpoint=checkpoint, suppress_tokens=self._suppressed_tokens()
         )
-        post_share.arm(self, vllm_config, plan)
         logger.info(
-            "draft-head-fp8: draft %s will be served by %s (kernel %s, %s layout); %s; receipt "
-            "follows the share",
-            self.lm_head.prefix,
+            "draft-head-fp8: draft %s will be served by %s (kernel %s, %s layout) from %s; %s; "
+            "receipt follows the share",
+            layer.prefix,
             type(method).__name__,
             type(method.fp8_linear).__name__,
             method.weight_layout,
+            plan.head.tensor,
             guarantee(
                 method.rescore_k,
                 plan.draft_sample_method,
@@ -192,7 +209,6 @@ class DraftHeadFp8Drafter:
                 getattr(method, "top_k", None),
             ),
         )
-        announce_choices(method, plan)
 
     def _suppressed_tokens(self) -> list[int]:
         """The token ids vLLM's drafter masks out of its logits (the family says where vLLM keeps
@@ -202,14 +218,14 @@ class DraftHeadFp8Drafter:
         vocab = int(self.lm_head.org_vocab_size)
         return [*listed, *self.family.masked_tokens(self.config, vocab)]
 
-    def _check_seam(self, head: HeadSource) -> None:
+    def _check_seam(self, layer: Any, head: HeadSource) -> None:
         """The facts the drafter's own head relies on, before anything is quantized."""
-        if not isinstance(self.lm_head.quant_method, seams.read("unquantized_embedding_method")):
+        if not isinstance(layer.quant_method, seams.read("unquantized_embedding_method")):
             raise HeadFp8EligibilityError(
                 "draft head already has quant method "
-                f"{type(self.lm_head.quant_method).__name__}; refusing to replace it"
+                f"{type(layer.quant_method).__name__}; refusing to replace it"
             )
-        tied = self.lm_head.weight is self.model.embed_tokens.weight
+        tied = layer.weight is self.model.embed_tokens.weight
         # A head tied to the draft embedding: vLLM never loads its lm_head.weight, so the tie is
         # the only way the head gets bytes at all.
         if head.tied_to_draft_embedding and not tied:

@@ -15,6 +15,7 @@ from draft_head_fp8.verdicts import ClassFacts
 from draft_head_fp8.vllm_plugin import (
     after_head_facts,
     attribute_facts,
+    backend_facts,
     build_facts,
     class_source,
     config_facts,
@@ -376,7 +377,9 @@ def facts(architecture: str, ref: ClassRef, **known: object) -> ClassFacts:
         config_error=config_facts.config_error(architecture),
         attribute_error=attribute_facts.attribute_error(chain),
         build_error=build_facts.build_error(chain) or sparse_facts.sparse_error(chain),
-        kernel_error=kernel_facts.kernel_error(chain) or target_facts.target_kernel_error(chain),
+        kernel_error=kernel_facts.kernel_error(chain)
+        or target_facts.target_kernel_error(chain)
+        or backend_facts.backend_error(chain),
         draft_error=build_facts.draft_error(chain),
         compute_logits=defined,
         logits_heads=heads_read,

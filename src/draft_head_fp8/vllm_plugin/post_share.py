@@ -40,13 +40,13 @@ from draft_head_fp8.evidence import (
 )
 from draft_head_fp8.evidence.diagnostics import describe_paths
 from draft_head_fp8.evidence.encoding import document_bytes
-from draft_head_fp8.evidence.exact_pick import pick_record, validate_pick
+from draft_head_fp8.evidence.exact_pick import validate_pick
 from draft_head_fp8.evidence.receipt_v3 import receipt_for_head
 from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.families.family import AT_SHARE, Modules, is_head
 from draft_head_fp8.nodes import LAUNCH_RECORD, NodePlace, single_node
 from draft_head_fp8.runners import describe, find_on_stack, find_worker_on_stack
-from draft_head_fp8.vllm_plugin import launch, shared_head, updates
+from draft_head_fp8.vllm_plugin import launch, layer_heads, shared_head, updates
 from draft_head_fp8.vllm_plugin.plan import HeadPlan
 from draft_head_fp8.vllm_plugin.refusal import announce_refusal
 
@@ -198,12 +198,12 @@ def _capture(drafter: torch.nn.Module, armed: _Armed, shared: Any) -> None:
     head = modules.head
     method = head.quant_method
     rank, tp_size = int(getattr(head, "tp_rank", 0)), int(getattr(head, "tp_size", 1))
-    receipt = receipt_for_head(modules, decision=drafter.head_decision, phase=POST_SHARE)
-    pick = pick_record(
-        method=method,
-        modules=modules,
-        draft_sample_method=armed.plan.draft_sample_method,
-        rows_source=shared_head.rows_source(armed.plan.head),
+    # One head's receipt, or every head's where the drafter keeps one per draft layer (v3 then).
+    v3 = layer_heads.several(armed.plan)
+    receipt, pick = layer_heads.receipt_and_pick(
+        modules,
+        armed.plan,
+        lambda one, decision: receipt_for_head(one, decision=decision, phase=POST_SHARE, v3=v3),
     )
     worker = find_worker_on_stack(sys._getframe())
     # A vLLM that moved a method the plugin wraps: refused here, not skipped without a word.

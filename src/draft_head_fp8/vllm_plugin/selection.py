@@ -38,6 +38,7 @@ def select_draft_head_method(
     draft_vocab_size: int | None = None,
     vocab_size: int | None = None,
     own_head: bool = False,
+    layer_heads: bool = False,
     method_factory: Callable[[], Any] | None = None,
 ) -> tuple[Any, Eligibility]:
     decision = eligibility(
@@ -57,6 +58,7 @@ def select_draft_head_method(
         draft_vocab_size=draft_vocab_size,
         vocab_size=vocab_size,
         own_head=own_head,
+        layer_heads=layer_heads,
     )
     if not decision.eligible:
         # The user asked for FP8 on this very head and it is unsafe: the engine must not start on

@@ -25,9 +25,10 @@ from draft_head_fp8.evidence.receipt_update import (
     update_source,
 )
 from draft_head_fp8.evidence.receipt_v3 import extend_to_v3
+from draft_head_fp8.evidence.several_heads import HEADS
 from draft_head_fp8.evidence.verdict import receipt_verdict
 from draft_head_fp8.fp8 import NonFiniteHeadError, tensor_sha256
-from draft_head_fp8.vllm_plugin import launch, shared_head
+from draft_head_fp8.vllm_plugin import launch, layer_heads, shared_head
 
 logger = init_logger(f"vllm.{__name__}")
 
@@ -88,12 +89,8 @@ def prove(w: Any, update: dict, folder: Any) -> None:
     method = head.quant_method
     rank, tp_size = int(getattr(head, "tp_rank", 0)), int(getattr(head, "tp_size", 1))
     number = w.proofs + 1
-    receipt, refused = _remade(w, modules, update, folder, number)
+    receipt, pick, refused = _remade_heads(w, modules, update, folder, number)
     consistent = receipt["target_lm_head_serves_its_weight"]
-    pick = pick_record(
-        method=method, modules=modules, draft_sample_method=w.plan.draft_sample_method,
-        rows_source=shared_head.rows_source(w.plan.head),
-    )  # fmt: skip
     failure = refused or receipt_verdict(receipt)
     record = diagnostics.record(
         phase=POST_UPDATE, rank=rank, family=w.plan.family.name,
@@ -111,8 +108,9 @@ def prove(w: Any, update: dict, folder: Any) -> None:
             pick=pick, keep_ranks=keep,
         )  # fmt: skip
     if failure is not None and receipt["serving"] == SERVING_FP8:
-        method.serve_bf16_rows(head, w._rows(), failure)  # a rank that failed, or its peers
-        receipt.update(serving=SERVING_BF16_ROWS, serving_reason=failure)
+        w.serve_bf16_rows(failure)  # a rank that failed, or its peers: every head
+        for each in [receipt, *(item["receipt"] for item in receipt.get(HEADS, ()))]:
+            each.update(serving=SERVING_BF16_ROWS, serving_reason=failure)
         record["validation"] = {"passed": False, "reason": failure}
     not_kept = not_kept or _keep_all(proof, rank, receipt, record)
     launch.in_node_turns(w.where, lambda: proof is not None and proof.seal_if_complete())
@@ -130,16 +128,39 @@ def prove(w: Any, update: dict, folder: Any) -> None:
         raise not_kept
 
 
-def _remade(w: Any, modules: Any, update: dict, folder: Any, number: int) -> tuple[dict, Any]:
+def _remade_heads(
+    w: Any, modules: Any, update: dict, folder: Any, number: int
+) -> tuple[dict, dict, Any]:
+    """Every head made again (``_remade``): its receipt v4 (with every head's, ``heads``, where
+    the drafter keeps one per draft layer), the first head's exact pick, the first refusal."""
+    refusals: list[Any] = []
+
+    def receipt_of(one: Any, decision: Any) -> dict:
+        tensor = None
+        if layer_heads.several(w.plan):
+            tensor = dict(layer_heads.heads(w.plan, one.drafter))[one.draft_heads[0][0]].tensor
+        receipt, refused = _remade(w, one, update, folder, number, decision, tensor)
+        refusals.append(refused)
+        return receipt
+
+    receipt, pick = layer_heads.receipt_and_pick(modules, w.plan, receipt_of)
+    return receipt, pick, next((r for r in refusals if r is not None), None)
+
+
+def _remade(
+    w: Any, modules: Any, update: dict, folder: Any, number: int, decision: Any,
+    tensor: str | None = None,
+) -> tuple[dict, Any]:  # fmt: skip
     """The FP8 copy made again from the rows as they now are, and its receipt v4; the reason
-    it was refused (the BF16 rows then serve from the next call), else None."""
+    it was refused (the BF16 rows then serve from the next call), else None. ``tensor``: the
+    head's own checkpoint tensor, where the drafter keeps several."""
     head = modules.head
     method = head.quant_method
-    rows = w._rows()
+    rows = w._rows() if tensor is None else method.source_rows
     before = _target_hashes(modules)
     refused = None
     try:
-        method.remake(head, rows, checkpoint_source=w.checkpoint(folder, head))
+        method.remake(head, rows, checkpoint_source=w.checkpoint(folder, head, tensor))
     except (HeadFp8EligibilityError, NonFiniteHeadError) as exc:
         refused = str(exc)
         method.serve_bf16_rows(head, rows, refused)  # from the next call: exact, no FP8 byte read
@@ -151,7 +172,6 @@ def _remade(w: Any, modules: Any, update: dict, folder: Any, number: int) -> tup
         if made.get("checkpoint")
         else update_source(update["number"], rows_sha256)
     )
-    decision = modules.drafter.head_decision
     if refused is not None:
         decision = replace(decision, eligible=False, reason=refused)
     receipt = _receipt(

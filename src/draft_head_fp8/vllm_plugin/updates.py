@@ -41,7 +41,7 @@ from vllm.logger import init_logger
 from draft_head_fp8.errors import HeadFp8EligibilityError
 from draft_head_fp8.families.family import AT_SHARE
 from draft_head_fp8.policy import draft_update_refused
-from draft_head_fp8.vllm_plugin import seams, update_proof
+from draft_head_fp8.vllm_plugin import layer_heads, seams, update_proof
 from draft_head_fp8.vllm_plugin.head_bytes import checkpoint_of
 from draft_head_fp8.vllm_plugin.refusal import announce_refused_call
 
@@ -102,6 +102,7 @@ class Watch:
         self.unproven: dict | None = None  # a write seen outside any announced update
         self.rows = self._rows()
         self.rows_version = self.rows._version
+        self.kept = self._every_rows()  # every head's rows and their versions, as proven
 
     # -- what is read
 
@@ -116,10 +117,30 @@ class Watch:
             return modules.target_head.weight
         return modules.head.quant_method.source_rows
 
-    def checkpoint(self, folder: Any, head: Any) -> Any:
-        """The checkpoint tensor the rows must match, in ``folder`` (None: no file vouches)."""
+    def heads(self) -> list[Any]:
+        """Every head the drafter serves (one per draft layer where it keeps several)."""
+        return layer_heads.head_modules(self.modules(), self.plan)
+
+    def _every_rows(self) -> list[tuple[torch.Tensor, int]]:
+        if not layer_heads.several(self.plan):
+            return [(self._rows(), self._rows()._version)]
+        rows = [head.quant_method.source_rows for head in self.heads()]
+        return [(r, r._version) for r in rows]
+
+    def _changed(self) -> bool:
+        now = self._every_rows()
+        return len(now) != len(self.kept) or any(
+            r is not kept or r._version != version
+            for (r, _), (kept, version) in zip(now, self.kept, strict=True)
+        )
+
+    def checkpoint(self, folder: Any, head: Any, tensor: str | None = None) -> Any:
+        """The checkpoint tensor the rows must match, in ``folder`` (None: no file vouches);
+        ``tensor``: a head's own, where the drafter keeps several."""
         if folder is None:
             return None
+        if tensor is not None:
+            return checkpoint_of(folder, head, head.quant_method.source_rows.dtype, tensor)
         target = self.modules().target
         tied = self.rows is getattr(getattr(target, "model", target).embed_tokens, "weight", None)
         return checkpoint_of(folder, head, self.rows.dtype, self.plan.head.tensor_for(tied))
@@ -135,8 +156,7 @@ class Watch:
         """Host-side only: a write since the last proof that no announced update proved."""
         if self.session is not None:
             return  # mid-update: vLLM does not draft then; proven when the update ends
-        rows = self._rows()
-        if self.unproven is None and (rows is not self.rows or rows._version != self.rows_version):
+        if self.unproven is None and self._changed():
             self.unproven = self.note(
                 "write", None, "the head's BF16 rows changed (torch's version counter) with no "
                 "update announced", announced=False,
@@ -152,13 +172,25 @@ class Watch:
 
     def prove(self, update: dict, folder: Any) -> None:
         update_proof.prove(self, update, folder)
+        self._keep_rows()
+
+    def _keep_rows(self) -> None:
         self.rows = self._rows()
         self.rows_version = self.rows._version
+        self.kept = self._every_rows()
+
+    def serve_bf16_rows(self, reason: str) -> None:
+        """Every head serves its own BF16 rows from the next call (exact, no FP8 byte read)."""
+        if not layer_heads.several(self.plan):
+            head = self.modules().head
+            head.quant_method.serve_bf16_rows(head, self._rows(), reason)
+            return
+        for head in self.heads():
+            head.quant_method.serve_bf16_rows(head, head.quant_method.source_rows, reason)
 
     def fall_back(self, update: dict, reason: str) -> None:
-        head = self.modules().head
-        head.quant_method.serve_bf16_rows(head, self._rows(), reason)
-        self.rows, self.rows_version = self._rows(), self._rows()._version
+        self.serve_bf16_rows(reason)
+        self._keep_rows()
         logger.warning(
             "draft-head-fp8: weight update %d (%s) not proven: %s; the head's BF16 rows serve "
             "every draft-head call until an announced update proves it again",
@@ -172,7 +204,8 @@ def watch(
 ) -> Watch:  # fmt: skip
     """Watch the proven head of ``drafter`` for weight updates, on this worker."""
     w = Watch(drafter=drafter, target=target, armed=armed, boot=boot, where=where)
-    w.modules().head.quant_method.watch = w
+    for head in w.heads():
+        head.quant_method.watch = w
     around = {
         "reload_weights": (partial(_reload, w),),
         "start_weight_update": (partial(_start, w, TARGET),),
