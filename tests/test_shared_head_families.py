@@ -68,6 +68,9 @@ class Runs:
         if self.family.drafts_block:  # a block with a first, a middle and a last position
             args = (*args, "--speculative-tokens", str(BLOCK_TOKENS))
         args = (*args, *family_args(self.family.name))
+        if self.family.speculative_tokens:  # vLLM refuses more: longer texts for > 50 picks
+            args = (*args, "--speculative-tokens", str(self.family.speculative_tokens))
+            args = (*args, "--max-tokens", str(SINGLE_STEP_TOKENS))
         return serve(
             self.root / name, self.pair, flag=flag, env=family_env(self.family.name, env),
             args=args, engine=self.engine.name,
@@ -121,6 +124,8 @@ SELECTOR_RUNS = [(f.name, V034.name) for f in SHARED if f.top_k is not None]
 # The families whose drafter masks a vocabulary suffix after the head (Nemotron 3.5 Transcribe).
 MASK_RUNS = [(f.name, V034.name) for f in SHARED if f.drafted_vocab is not None]
 BLOCK_TOKENS = 3
+# A family that drafts one token per step: 6 prompts x 11 steps = 66 draft-head picks.
+SINGLE_STEP_TOKENS = 12
 
 
 def _id(case: tuple[str, str]) -> str:

@@ -77,6 +77,8 @@ BY_CLASS = {
     "Qwen4ExpMTP": MTP_LM_HEAD,
     "InternS2MobiusMTP": MTP_LM_HEAD,
     "Step3p5MTP": dataclasses.replace(MTP_SHARED, has_own_lm_head="True"),
+    # An MTP step whose class says it has no head of its own (the target's, at the share).
+    "ParseAuxMTPModel": dataclasses.replace(MTP_LM_HEAD, has_own_lm_head="False"),
     "EagleLlamaForCausalLM": EAGLE1,
     "EagleMistralForCausalLM": dataclasses.replace(EAGLE1, has_own_lm_head="False"),
     "EagleLlama4ForCausalLM": EAGLE1,

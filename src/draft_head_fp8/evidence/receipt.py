@@ -54,7 +54,14 @@ def capture(modules: Modules, *, head: Any, decision: Eligibility, phase: str) -
     target_embed_weight = getattr(target_embed, "weight", None)
 
     draft_config = getattr(drafter, "config", None)
-    text_config = present_or(getattr(draft_config, "text_config", None), draft_config)
+    # The language model's dimensions: a multimodal config keeps them in its text config, an
+    # encoder-decoder one (Nemotron Parse's) in its decoder's.
+    decoder = getattr(draft_config, "decoder", None)
+    if not getattr(draft_config, "is_encoder_decoder", False):
+        decoder = None
+    text_config = present_or(
+        getattr(draft_config, "text_config", None), present_or(decoder, draft_config)
+    )
     config_hidden = _config_dim(text_config, "hidden_size")
     # The head's vocabulary: the draft's own where its config names one (EAGLE-3), else the
     # vocabulary it shares with the target.

@@ -121,14 +121,22 @@ def top_value(config: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
+# BART-family configs (Nemotron Parse's MBart decoder) name the model's width d_model.
+_ALIASES = {"hidden_size": ("d_model",)}
+
+
 def config_value(config: Any, name: str, default: Any = None) -> Any:
     """A config field from a dict (``check``) or a config object (the engine), text config
-    first (where a multimodal or assistant config keeps the language model's dimensions)."""
+    first (where a multimodal or assistant config keeps the language model's dimensions), then
+    an encoder-decoder config's decoder (where Nemotron Parse keeps them)."""
     read = _read
     text = read(config, "text_config")
-    for source in (text, config):
-        if source is not None:
-            value = read(source, name)
+    decoder = read(config, "decoder") if read(config, "is_encoder_decoder") else None
+    for source in (text, decoder, config):
+        if source is None:
+            continue
+        for key in (name, *_ALIASES.get(name, ())):
+            value = read(source, key)
             if value is not None:
                 return value
     return default
@@ -201,6 +209,9 @@ class Family:
     # in draft-step order. Each is quantized, certified against its own rows and proven alone;
     # None where every head reference is one head.
     layer_heads: Callable[[Any], tuple[tuple[str, str], ...]] | None = None
+    # The most draft tokens per step vLLM lets this family's checkpoints draft, where it refuses
+    # more (Nemotron Parse 3.5: one trained MTP step); None where it allows any number.
+    speculative_tokens: int | None = None
 
     @property
     def shares_target_head(self) -> bool:
