@@ -144,6 +144,8 @@ def test_signatures_follow_the_spec():
         "vocab_size",
         # A drafter's own untied head (EAGLE-3).
         "own_head",
+        # One of the heads a drafter keeps per draft layer (Step3p5MTP).
+        "layer_heads",
     ]
     for optional in (
         "head_dtype",

@@ -192,7 +192,7 @@ class DraftHeadFp8Drafter:
     def _install(self, method: Any, layer: Any, plan: HeadPlan) -> None:
         checkpoint = checkpoint_of(plan.checkpoint_dir, layer, layer.weight.dtype, plan.head.tensor)
         method.install(
-            layer, plan, checkpoint=checkpoint, suppress_tokens=self._suppressed_tokens()
+            layer, plan, checkpoint=checkpoint, suppress_tokens=self._suppressed_tokens(layer)
         )
         logger.info(
             "draft-head-fp8: draft %s will be served by %s (kernel %s, %s layout) from %s; %s; "
@@ -210,12 +210,13 @@ class DraftHeadFp8Drafter:
             ),
         )
 
-    def _suppressed_tokens(self) -> list[int]:
-        """The token ids vLLM's drafter masks out of its logits (the family says where vLLM keeps
-        them, or which vocabulary suffix it masks): the exact pick never chooses one."""
+    def _suppressed_tokens(self, layer: Any) -> list[int]:
+        """The token ids vLLM's drafter masks out of ``layer``'s logits (the family says where
+        vLLM keeps them, or which vocabulary suffix it masks): the exact pick never chooses one.
+        The head's own vocabulary: a drafter with a head per draft layer has no ``lm_head``."""
         seam = self.family.suppressed_tokens
         listed = list(seams.read_from(self, seam) or ()) if seam else []
-        vocab = int(self.lm_head.org_vocab_size)
+        vocab = int(layer.org_vocab_size)
         return [*listed, *self.family.masked_tokens(self.config, vocab)]
 
     def _check_seam(self, layer: Any, head: HeadSource) -> None:
