@@ -74,14 +74,14 @@ def pinned(ref: ClassRef) -> Iterator[ClassRef]:
 
 def _built_whatever(body: list[ast.stmt]) -> Iterator[ast.AST]:
     """Every node ``body`` runs whatever the config says, short of refusing it: unguarded
-    (``kernel_facts.unguarded``), and the branch of an ``if`` whose ``else`` only raises (Step
+    (``kernel_facts._unguarded``), and the branch of an ``if`` whose ``else`` only raises (Step
     5's decoder layer builds its attention under ``if config.att_impl_type == "GQA":``)."""
     for statement in body:
         refuses = isinstance(statement, ast.If) and statement.orelse
         if refuses and all(isinstance(s, ast.Raise) for s in statement.orelse):
             yield from _built_whatever(statement.body)
         else:
-            yield from kernel_facts.unguarded([statement])
+            yield from kernel_facts._unguarded([statement])
 
 
 def always_built(chain: tuple[ClassRef, ...]) -> Iterator[ClassRef]:

@@ -225,23 +225,6 @@ def find_class(module: str, name: str, depth: int = 0) -> ClassRef | None:
     return None
 
 
-def find_function(module_name: str, name: str, depth: int = 0) -> ast.FunctionDef | None:
-    """The module-level function ``name`` of a vLLM module, following its imports (as
-    ``find_class`` does for a class)."""
-    module = read_module(module_name)
-    if module is None or depth > 4:
-        return None
-    for node in module.tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return node
-    for where, original in module.imports.get(name, ()):
-        if where.startswith("vllm."):
-            found = find_function(where, original, depth + 1)
-            if found is not None:
-                return found
-    return None
-
-
 def name_of(node: ast.AST) -> str | None:
     """``X`` of ``X``, ``a.b.X``, ``X[...]``."""
     if isinstance(node, ast.Subscript):

@@ -73,7 +73,7 @@ def _aliases_of_custom_ops(module: class_source.Module) -> set[str]:
     return bound
 
 
-def unguarded(body: list[ast.stmt]) -> Iterator[ast.AST]:
+def _unguarded(body: list[ast.stmt]) -> Iterator[ast.AST]:
     """Every node a function's body runs whatever its inputs: nothing under an ``if``, a
     ``while`` or a conditional expression (a platform's or a size's branch), in a handler, or in
     a nested function."""
@@ -81,7 +81,7 @@ def unguarded(body: list[ast.stmt]) -> Iterator[ast.AST]:
         if isinstance(statement, (ast.If, ast.While, ast.FunctionDef, ast.Lambda, ast.ClassDef)):
             continue
         if isinstance(statement, (ast.For, ast.With, ast.Try)):
-            yield from unguarded(statement.body)
+            yield from _unguarded(statement.body)
             continue
         branches = {
             id(inner)
@@ -111,7 +111,7 @@ def called_ops(module_name: str) -> Iterator[tuple[str, str]]:
         return
     aliases = _aliases_of_custom_ops(module)
     for function in _run_functions(module):
-        for node in unguarded(function.body):
+        for node in _unguarded(function.body):
             if not isinstance(node, ast.Call):
                 continue
             op = _kernel_op(node.func)

@@ -48,10 +48,26 @@ def _is_set(node: ast.AST, names: frozenset[str] = frozenset()) -> bool:
     )
 
 
+def function(module_name: str, name: str, depth: int = 0) -> ast.FunctionDef | None:
+    """The module-level function ``name`` of a vLLM module, following its imports."""
+    module = class_source.read_module(module_name)
+    if module is None or depth > 4:
+        return None
+    for node in module.tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    for where, original in module.imports.get(name, ()):
+        if where.startswith("vllm."):
+            found = function(where, original, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
 def _asserts_set(function: ast.FunctionDef) -> bool:
     """Whether the function always asserts ``index_topk`` is set (read directly, or through a
     local name it assigns it to: ``topk = config.index_topk``)."""
-    run = list(kernel_facts.unguarded(function.body))
+    run = list(kernel_facts._unguarded(function.body))
     names = frozenset(
         target.id
         for node in run
@@ -72,10 +88,10 @@ def needs_mark(ref: ClassRef) -> str | None:
         return None
     if _asserts_set(init[1]):
         return f"{ref.qualified}.__init__"
-    for node in kernel_facts.unguarded(init[1].body):
+    for node in kernel_facts._unguarded(init[1].body):
         name = class_source.name_of(node.func) if isinstance(node, ast.Call) else None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and name:
-            called = class_source.find_function(ref.module, name)
+            called = function(ref.module, name)
             if called is not None and _asserts_set(called):
                 return f"{ref.qualified}.__init__ calls {name}"
     return None

@@ -55,7 +55,7 @@ def zero_expert_moe(module_name: str) -> tuple[str, ast.Call] | None:
     module = class_source.read_module(module_name)
     for cls in module.classes.values() if module else ():
         init = next((f for f in cls.body if getattr(f, "name", "") == "__init__"), None)
-        run = list(kernel_facts.unguarded(init.body)) if isinstance(init, ast.FunctionDef) else []
+        run = list(kernel_facts._unguarded(init.body)) if isinstance(init, ast.FunctionDef) else []
         calls = [
             n for n in run if isinstance(n, ast.Call) and any(k.arg == ZERO for k in n.keywords)
         ]
@@ -138,7 +138,7 @@ def routing_ops(router: str, scored: str) -> list[tuple[str, str]]:
     ref = class_source.find_class(FACTORY, router)
     found = class_source.method((ref,), ROUTING) if ref else None
     ops = []
-    for node in kernel_facts.unguarded(found[1].body) if found else ():
+    for node in kernel_facts._unguarded(found[1].body) if found else ():
         name = (
             node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else ""
         )
